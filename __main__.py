@@ -1,0 +1,3 @@
+from attnprof.cli import main
+
+main()

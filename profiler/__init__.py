@@ -1,0 +1,1 @@
+"""How attnprof measures: exact tensor accounting, prediction, timing, GPU sampling, sweeps."""

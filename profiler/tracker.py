@@ -1,0 +1,134 @@
+"""Exact accounting of live tensor bytes, on real tensors and under FakeTensorMode.
+
+A TorchDispatchMode sees every op's outputs. Each distinct storage is counted once
+(views and in-place ops share storage and add nothing) and subtracted when the storage
+is freed (``weakref.finalize``). The result is deterministic, which is what a CI gate
+needs. It does not see memory a kernel allocates internally (fused-attention
+workspaces), nor allocator rounding or caching: see docs/accounting.md.
+
+Under fake tensors, enter this mode *inside* the FakeTensorMode (../shared/NOTES.md).
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, field
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+CATEGORIES = ("parameters", "gradients", "inputs", "activations", "temporaries")
+
+
+@dataclass
+class MemoryReport:
+    """The peak of live tensor bytes and, at that moment, what they were."""
+
+    peak_bytes: int
+    end_bytes: int  # live at exit
+    breakdown_bytes: dict = field(default_factory=dict)  # category -> bytes at the peak
+
+    def to_dict(self) -> dict:
+        return {"peak_bytes": self.peak_bytes, "end_bytes": self.end_bytes,
+                "breakdown_bytes": dict(self.breakdown_bytes)}
+
+
+class MemoryTracker(TorchDispatchMode):
+    """Peak and current live bytes of distinct tensor storages.
+
+    Categories at the peak: ``parameters`` and ``inputs`` (registered with ``track``),
+    ``gradients`` (storages that end up as a ``.grad``; call ``mark_gradients``),
+    ``activations`` (saved for backward; seen through saved-tensor hooks) and
+    ``temporaries`` (everything else).
+    """
+
+    def __init__(self):
+        super().__init__()
+        # Storage addresses are reused after a free, so each storage also gets a serial
+        # number that is never reused; categories are kept by serial.
+        self._live: dict[int, tuple[int, int]] = {}  # storage address -> (serial, nbytes)
+        self._serial = 0
+        self._kind: dict[int, str] = {}  # serial -> category, where known
+        self._saved: set[int] = set()  # serials saved for backward
+        self.current_bytes = 0
+        self.peak_bytes = 0
+        self._peak: list[tuple[int, int]] = []  # (serial, nbytes) live at the peak
+        self._hooks = None
+
+    # --- storage bookkeeping ---------------------------------------------------------
+    def _serial_of(self, t: torch.Tensor) -> int:
+        self._add(t)
+        return self._live[t.untyped_storage()._cdata][0]
+
+    def _add(self, t: torch.Tensor) -> None:
+        storage = t.untyped_storage()
+        key = storage._cdata
+        if key in self._live:
+            return
+        nbytes = storage.nbytes()
+        self._serial += 1
+        self._live[key] = (self._serial, nbytes)
+        self.current_bytes += nbytes
+        weakref.finalize(storage, self._free, key, self._serial)
+        if self.current_bytes > self.peak_bytes:
+            self.peak_bytes = self.current_bytes
+            self._peak = list(self._live.values())
+
+    def _free(self, key: int, serial: int) -> None:
+        entry = self._live.get(key)
+        if entry is not None and entry[0] == serial:
+            del self._live[key]
+            self.current_bytes -= entry[1]
+
+    def track(self, tensors, kind: str) -> None:
+        """Count tensors that already exist (parameters, inputs) as live, with a category."""
+        for t in tensors:
+            if isinstance(t, torch.Tensor):
+                self._kind.setdefault(self._serial_of(t), kind)
+
+    def mark_gradients(self, tensors) -> None:
+        """Name storages that are gradients (call after backward, before reading)."""
+        for t in tensors:
+            if isinstance(t, torch.Tensor):
+                self._kind.setdefault(self._serial_of(t), "gradients")
+
+    def reset_peak(self) -> None:
+        self.peak_bytes = self.current_bytes
+        self._peak = list(self._live.values())
+
+    # --- dispatch ----------------------------------------------------------------------
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor):
+                self._add(t)
+        return out
+
+    def __enter__(self):
+        def pack(t):
+            self._saved.add(self._serial_of(t))
+            return t
+
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
+        self._hooks.__enter__()
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        try:
+            return super().__exit__(*exc)
+        finally:
+            self._hooks.__exit__(*exc)
+
+    # --- results -----------------------------------------------------------------------
+    def breakdown_at_peak(self) -> dict:
+        out = {c: 0 for c in CATEGORIES}
+        for serial, nbytes in self._peak:
+            kind = self._kind.get(serial)
+            if kind is None:
+                kind = "activations" if serial in self._saved else "temporaries"
+            out[kind] += nbytes
+        return out
+
+    def report(self) -> MemoryReport:
+        return MemoryReport(self.peak_bytes, self.current_bytes, self.breakdown_at_peak())

@@ -1,0 +1,1 @@
+"""What attnprof runs: attention variants, the transformer stack, and scenario files."""

@@ -1,0 +1,91 @@
+"""Reversible residual coupling: activation memory independent of depth.
+
+Gomez et al. 2017, "The Reversible Residual Network", arXiv 1707.04585;
+Kitaev et al. 2020, "Reformer", arXiv 2001.04451, §3:
+    Y1 = X1 + F(X2),  Y2 = X2 + G(Y1);   X2 = Y2 - G(Y1),  X1 = Y1 - F(X2).
+The autograd Function below saves only the last layer's outputs and rebuilds every
+layer's inputs during backward. F and G run again in backward with the RNG state they
+saw in forward (LSH hashes, dropout), restored inside ``fork_rng`` so the caller's
+global RNG stream is left untouched.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class ReplayRNG:
+    """Records the CPU (and CUDA, if used) RNG state before a call; replays it later."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.cpu_state = torch.get_rng_state()
+        self.cuda_state = torch.cuda.get_rng_state(device) if self.cuda else None
+        self.device = device
+
+    def replay(self):
+        devices = [self.device] if self.cuda else []
+        fork = torch.random.fork_rng(devices=devices, enabled=True)
+        fork.__enter__()
+        torch.set_rng_state(self.cpu_state)
+        if self.cuda:
+            torch.cuda.set_rng_state(self.cuda_state, self.device)
+        return fork
+
+
+class _ReversibleStack(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x1, x2, blocks):
+        ctx.blocks = blocks
+        ctx.rng = []
+        with torch.no_grad():
+            for block in blocks:
+                f_rng = ReplayRNG(x1.device)
+                x1 = x1 + block.f(x2)
+                g_rng = ReplayRNG(x1.device)
+                x2 = x2 + block.g(x1)
+                ctx.rng.append((f_rng, g_rng))
+        ctx.save_for_backward(x1, x2)  # only the final outputs: O(1) in depth
+        return x1, x2
+
+    @staticmethod
+    def backward(ctx, dy1, dy2):
+        y1, y2 = ctx.saved_tensors
+        for block, (f_rng, g_rng) in zip(reversed(ctx.blocks), reversed(ctx.rng)):
+            with torch.enable_grad():
+                y1 = y1.detach().requires_grad_()
+                fork = g_rng.replay()
+                try:
+                    g_y1 = block.g(y1)
+                finally:
+                    fork.__exit__(None, None, None)
+                torch.autograd.backward(g_y1, dy2)  # params of G get their grads here
+            with torch.no_grad():
+                x2 = y2 - g_y1
+                dx1 = dy1 + y1.grad
+                del g_y1, y2
+            with torch.enable_grad():
+                x2 = x2.detach().requires_grad_()
+                fork = f_rng.replay()
+                try:
+                    f_x2 = block.f(x2)
+                finally:
+                    fork.__exit__(None, None, None)
+                torch.autograd.backward(f_x2, dx1)
+            with torch.no_grad():
+                x1 = y1 - f_x2
+                dx2 = dy2 + x2.grad
+                del f_x2
+            y1, y2, dy1, dy2 = x1, x2.detach(), dx1, dx2
+        return dy1, dy2, None
+
+
+def reversible_stack(x: torch.Tensor, blocks: nn.ModuleList) -> torch.Tensor:
+    """x (B, n, d) -> (B, n, d) through reversible blocks (each with .f and .g).
+
+    The input is duplicated into both streams and the two outputs are averaged, as in
+    the Reformer, so the stack keeps the plain stack's interface.
+    """
+    y1, y2 = _ReversibleStack.apply(x, x, list(blocks))  # each (B, n, d)
+    return (y1 + y2) / 2
