@@ -20,6 +20,7 @@ from attnprof.profiler.workload import Workload
 class Accounting:
     peak_bytes: int  # peak of live tensor storages over forward (+ backward)
     breakdown_bytes: dict = field(default_factory=dict)  # at the peak, by category
+    largest_at_peak: list = field(default_factory=list)  # the biggest storages then, with their op
     flops_fwd: int = 0  # counted by FlopCounterMode (prediction only)
     flops_bwd: int = 0
     wall_ms: float = 0.0  # how long the accounting itself took
@@ -48,7 +49,7 @@ def account(point: Point, *, fake: bool, device: str = "cpu", count_flops: bool 
             del loss
             flops_bwd = counter.total - flops_fwd if count_flops else 0
         report = tracker.report()
-    return Accounting(report.peak_bytes, report.breakdown_bytes, flops_fwd, flops_bwd,
+    return Accounting(report.peak_bytes, report.breakdown_bytes, report.largest_at_peak, flops_fwd, flops_bwd,
                       (time.perf_counter() - start) * 1e3)
 
 

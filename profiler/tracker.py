@@ -18,6 +18,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+# Ops that never allocate; under fake tensors prim.device alone is ~70% of all dispatches.
+_NO_ALLOCATION = frozenset({torch.ops.prim.device.default})
 CATEGORIES = ("parameters", "gradients", "inputs", "activations", "temporaries")
 
 
@@ -28,10 +30,11 @@ class MemoryReport:
     peak_bytes: int
     end_bytes: int  # live at exit
     breakdown_bytes: dict = field(default_factory=dict)  # category -> bytes at the peak
+    largest_at_peak: list = field(default_factory=list)  # [{op, shape, dtype, category, bytes}], biggest first
 
     def to_dict(self) -> dict:
         return {"peak_bytes": self.peak_bytes, "end_bytes": self.end_bytes,
-                "breakdown_bytes": dict(self.breakdown_bytes)}
+                "breakdown_bytes": dict(self.breakdown_bytes), "largest_at_peak": list(self.largest_at_peak)}
 
 
 class MemoryTracker(TorchDispatchMode):
@@ -50,6 +53,7 @@ class MemoryTracker(TorchDispatchMode):
         self._live: dict[int, tuple[int, int]] = {}  # storage address -> (serial, nbytes)
         self._serial = 0
         self._kind: dict[int, str] = {}  # serial -> category, where known
+        self._origin: dict[int, tuple] = {}  # serial -> (op, shape, dtype) that created it
         self._saved: set[int] = set()  # serials saved for backward
         self.current_bytes = 0
         self.peak_bytes = 0
@@ -61,13 +65,14 @@ class MemoryTracker(TorchDispatchMode):
         self._add(t)
         return self._live[t.untyped_storage()._cdata][0]
 
-    def _add(self, t: torch.Tensor) -> None:
+    def _add(self, t: torch.Tensor, op: str = "") -> None:
         storage = t.untyped_storage()
         key = storage._cdata
         if key in self._live:
             return
         nbytes = storage.nbytes()
         self._serial += 1
+        self._origin[self._serial] = (op, tuple(t.shape), str(t.dtype).replace("torch.", ""))
         self._live[key] = (self._serial, nbytes)
         self.current_bytes += nbytes
         weakref.finalize(storage, self._free, key, self._serial)
@@ -100,9 +105,11 @@ class MemoryTracker(TorchDispatchMode):
     # --- dispatch ----------------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
+        if func in _NO_ALLOCATION:
+            return out
         for t in tree_flatten(out)[0]:
             if isinstance(t, torch.Tensor):
-                self._add(t)
+                self._add(t, func.__name__)
         return out
 
     def __enter__(self):
@@ -121,14 +128,27 @@ class MemoryTracker(TorchDispatchMode):
             self._hooks.__exit__(*exc)
 
     # --- results -----------------------------------------------------------------------
+    def _category(self, serial: int) -> str:
+        kind = self._kind.get(serial)
+        if kind is None:
+            kind = "activations" if serial in self._saved else "temporaries"
+        return kind
+
     def breakdown_at_peak(self) -> dict:
         out = {c: 0 for c in CATEGORIES}
         for serial, nbytes in self._peak:
-            kind = self._kind.get(serial)
-            if kind is None:
-                kind = "activations" if serial in self._saved else "temporaries"
-            out[kind] += nbytes
+            out[self._category(serial)] += nbytes
+        return out
+
+    def largest_at_peak(self, count: int = 5) -> list[dict]:
+        """The biggest storages live at the peak: which op made them, and their shape."""
+        biggest = sorted(self._peak, key=lambda e: e[1], reverse=True)[:count]
+        out = []
+        for serial, nbytes in biggest:
+            op, shape, dtype = self._origin.get(serial, ("", (), ""))
+            out.append({"op": op or "(existing)", "shape": list(shape), "dtype": dtype,
+                        "category": self._category(serial), "bytes": nbytes})
         return out
 
     def report(self) -> MemoryReport:
-        return MemoryReport(self.peak_bytes, self.current_bytes, self.breakdown_at_peak())
+        return MemoryReport(self.peak_bytes, self.current_bytes, self.breakdown_at_peak(), self.largest_at_peak())

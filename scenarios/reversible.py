@@ -81,11 +81,19 @@ class _ReversibleStack(torch.autograd.Function):
         return dy1, dy2, None
 
 
-def reversible_stack(x: torch.Tensor, blocks: nn.ModuleList) -> torch.Tensor:
+def reversible_stack(x: torch.Tensor, blocks: nn.ModuleList, memory_saving: bool = True) -> torch.Tensor:
     """x (B, n, d) -> (B, n, d) through reversible blocks (each with .f and .g).
 
     The input is duplicated into both streams and the two outputs are averaged, as in
-    the Reformer, so the stack keeps the plain stack's interface.
+    the Reformer, so the stack keeps the plain stack's interface. ``memory_saving=False``
+    computes the same function with ordinary autograd (every activation stored): the
+    reference the custom backward is tested against.
     """
-    y1, y2 = _ReversibleStack.apply(x, x, list(blocks))  # each (B, n, d)
+    if memory_saving:
+        y1, y2 = _ReversibleStack.apply(x, x, list(blocks))  # each (B, n, d)
+    else:
+        y1, y2 = x, x
+        for block in blocks:
+            y1 = y1 + block.f(y2)
+            y2 = y2 + block.g(y1)
     return (y1 + y2) / 2

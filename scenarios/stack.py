@@ -20,6 +20,9 @@ from attnprof.scenarios.reversible import reversible_stack
 from attnprof.scenarios.shape import Shape
 
 MODES = ("plain", "checkpoint", "reversible")
+# The reversible network computed with ordinary autograd: same function as `reversible`,
+# every activation stored. Not a profiled mode; the gradient reference for `reversible`.
+REVERSIBLE_REFERENCE = "reversible-autograd"
 SCOPES = ("attention", "model")
 
 
@@ -64,15 +67,15 @@ class Stack(nn.Module):
 
     def __init__(self, spec: VariantSpec, shape: Shape, mode: str = "plain"):
         super().__init__()
-        if mode not in MODES:
+        if mode not in MODES + (REVERSIBLE_REFERENCE,):
             raise ValueError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
         self.mode = mode
         self.blocks = nn.ModuleList(Block(spec, shape, i) for i in range(shape.layers))
         self.norm = nn.LayerNorm(shape.d_model)
 
     def forward(self, x):  # (B, n, d) -> (B, n, d)
-        if self.mode == "reversible":
-            x = reversible_stack(x, self.blocks)
+        if self.mode in ("reversible", REVERSIBLE_REFERENCE):
+            x = reversible_stack(x, self.blocks, memory_saving=self.mode == "reversible")
         else:
             for block in self.blocks:
                 if self.mode == "checkpoint":

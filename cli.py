@@ -1,0 +1,183 @@
+"""attnprof's command line: variants, scenarios, predict, sweep, report, gate.
+
+Every user mistake ends in one line on stderr and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+try:  # typer >= 0.20 vendors click
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError
+except ImportError:  # pragma: no cover
+    from click.exceptions import ClickException, NoArgsIsHelpError
+
+from attnprof.profiler.plan import PlanError
+from attnprof.profiler.units import fmt_bytes, fmt_flops, parse_bytes
+from attnprof.scenarios.attention.base import VariantError
+from attnprof.scenarios.scenario import Scenario, ScenarioError, load_scenario
+from attnprof.scenarios.shape import ShapeError, canonical_dtype
+
+app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_is_help=True,
+                  help="attnprof: peak memory and time of attention variants, forward and backward, up to 64K tokens.")
+
+
+class UsageProblem(ValueError):
+    """A flag combination that makes no sense; one line."""
+
+
+def user_errors() -> tuple:
+    import importlib
+
+    found = [VariantError, ShapeError, ScenarioError, PlanError, UsageProblem]
+    for module, name in (("attnprof.profiler.gate", "GateError"), ("attnprof.reports.render", "ReportError")):
+        try:
+            found.append(getattr(importlib.import_module(module), name))
+        except (ImportError, AttributeError):
+            pass
+    return tuple(found)
+
+
+def fail(message: str) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(2)
+
+
+# --- shared flags -----------------------------------------------------------------------
+VARIANT = typer.Option(None, "--variant", "-v", help="variant label, repeatable or comma list; options in brackets: lsh[n_hashes=8]. Default: all.")
+MODE = typer.Option(None, "--mode", "-m", help="plain | checkpoint | reversible (repeatable). Default: all (scope model).")
+SCOPE = typer.Option(None, "--scope", help="model (the stack, default) or attention (the core alone)")
+SEQ_LEN = typer.Option(None, "--seq-len", "-n", help="sequence length, repeatable")
+
+
+def build_scenario(scenario: Optional[str], *, variant, mode, scope, batch, heads, head_dim, d_model, layers,
+                   dtype, seq_len, min_len, max_len, tokens_per_batch, forward_only, ff_chunks=None,
+                   base: Optional[Scenario] = None, **extra) -> Scenario:
+    """Flags over a scenario file over defaults -> one validated Scenario."""
+    sc = load_scenario(scenario) if scenario else (base or Scenario())
+    if head_dim is not None and d_model is not None:
+        raise UsageProblem("give --head-dim or --d-model, not both")
+    heads_ = heads if heads is not None else sc.heads
+    if head_dim is not None:
+        if head_dim <= 0:
+            raise UsageProblem(f"--head-dim must be positive, got {head_dim}")
+        d_model = head_dim * heads_
+    if dtype is not None:
+        dtype = canonical_dtype(dtype)
+    for name, value in (("--seq-len", min(seq_len) if seq_len else None), ("--min-len", min_len), ("--max-len", max_len)):
+        if value is not None and value <= 0:
+            raise UsageProblem(f"{name} must be a positive length, got {value}")
+    lengths = tuple(seq_len) if seq_len else (() if (min_len or max_len) else None)
+    modes = tuple(m for item in (mode or []) for m in item.split(",") if m.strip()) or None
+    variants = tuple(variant) if variant else None
+    sc = sc.override(variants=variants, modes=modes, scope=scope, batch=batch, heads=heads, d_model=d_model,
+                     layers=layers, dtype=dtype, seq_lens=lengths, min_len=min_len, max_len=max_len,
+                     tokens_per_batch=tokens_per_batch, forward_only=forward_only or None, ff_chunks=ff_chunks, **extra)
+    if sc.min_len > sc.max_len and not sc.seq_lens:
+        raise UsageProblem(f"--min-len {sc.min_len} is above --max-len {sc.max_len}")
+    from attnprof.profiler.plan import modes_of, shape_at, variant_specs
+
+    shape_at(sc, sc.lengths()[0] if sc.lengths() else 1)  # validates d_model/heads/dtype
+    variant_specs(sc)
+    modes_of(sc)
+    return sc
+
+
+# --- commands ------------------------------------------------------------------------------
+@app.command()
+def variants():
+    """List the registered attention variants, with their options and papers."""
+    from attnprof.scenarios.registry import get_variant, variant_names
+
+    for name in variant_names():
+        cls = get_variant(name)
+        if getattr(cls, "hidden", False):
+            continue
+        typer.echo(f"{name:<15} {cls.summary}")
+        typer.echo(f"{'':<15} paper: {cls.paper}")
+        typer.echo(f"{'':<15} options: {cls.options_help()}")
+
+
+@app.command()
+def scenarios():
+    """List the built-in scenario files (use with --scenario NAME)."""
+    from attnprof.scenarios.scenario import preset_names
+
+    for name in preset_names():
+        typer.echo(f"{name:<20} {load_scenario(name).description}")
+
+
+@app.command()
+def predict(
+    variant: Optional[List[str]] = VARIANT,
+    mode: Optional[List[str]] = MODE,
+    scope: Optional[str] = SCOPE,
+    scenario: Optional[str] = typer.Option(None, "--scenario", help="take shape and variants from a scenario"),
+    batch: Optional[int] = typer.Option(None, help="sequences per step"),
+    heads: Optional[int] = typer.Option(None, help="attention heads"),
+    head_dim: Optional[int] = typer.Option(None, "--head-dim", help="per-head width (sets d_model = heads x head_dim)"),
+    d_model: Optional[int] = typer.Option(None, "--d-model", help="model width"),
+    layers: Optional[int] = typer.Option(None, help="transformer blocks"),
+    dtype: Optional[str] = typer.Option(None, help="float32 | bfloat16 | float16 | float64"),
+    seq_len: Optional[List[int]] = SEQ_LEN,
+    min_len: Optional[int] = typer.Option(None, "--min-len", help="smallest power-of-two length"),
+    max_len: Optional[int] = typer.Option(None, "--max-len", help="largest power-of-two length"),
+    tokens_per_batch: Optional[int] = typer.Option(None, "--tokens-per-batch", help="batch = N / seq_len at each length"),
+    ff_chunks: Optional[int] = typer.Option(None, "--ff-chunks", help="feed-forward in N sequence chunks"),
+    forward_only: bool = typer.Option(False, "--forward-only", help="forward pass only, no backward"),
+    budget: Optional[str] = typer.Option(None, help="e.g. 80GiB: longest power-of-two length that fits"),
+    as_json: bool = typer.Option(False, "--json", help="print a JSON array of records"),
+):
+    """Predict peak memory and FLOPs without allocating (fake tensors, any machine)."""
+    from attnprof.profiler.predicting import predict_points, longest_fitting
+
+    budget_bytes = None
+    if budget is not None:
+        try:
+            budget_bytes = parse_bytes(budget)
+        except ValueError as exc:
+            raise UsageProblem(str(exc)) from None
+    defaults = Scenario(min_len=65536, max_len=65536)
+    sc = build_scenario(scenario, base=defaults, variant=variant, mode=mode, scope=scope, batch=batch, heads=heads,
+                        head_dim=head_dim, d_model=d_model, layers=layers, dtype=dtype, seq_len=seq_len,
+                        min_len=min_len, max_len=max_len, tokens_per_batch=tokens_per_batch,
+                        forward_only=forward_only, ff_chunks=ff_chunks)
+    if budget_bytes is not None:
+        rows = longest_fitting(sc, budget_bytes, start=min_len or 256, limit=max_len)
+    else:
+        rows = predict_points(sc)
+    if as_json:
+        typer.echo(json.dumps(rows, indent=1))
+    else:
+        from attnprof.profiler.predicting import format_table
+
+        typer.echo(format_table(rows, budget_bytes))
+
+
+def main() -> None:
+    """Console entry point: one-line errors, exit 2, no tracebacks for user mistakes."""
+    errors = user_errors()
+    try:
+        code = app(standalone_mode=False)
+    except NoArgsIsHelpError as exc:
+        typer.echo(exc.ctx.get_help() if exc.ctx else str(exc))
+        sys.exit(0)
+    except ClickException as exc:
+        typer.echo(f"error: {exc.format_message().splitlines()[0]}", err=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        typer.echo("interrupted", err=True)
+        sys.exit(130)
+    except errors as exc:
+        typer.echo(f"error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", err=True)
+        sys.exit(2)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+if __name__ == "__main__":
+    main()
