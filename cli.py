@@ -98,7 +98,7 @@ def variants():
         cls = get_variant(name)
         if getattr(cls, "hidden", False):
             continue
-        typer.echo(f"{name:<15} {cls.summary}")
+        typer.echo(f"{name:<15} {cls.description}")
         typer.echo(f"{'':<15} paper: {cls.paper}")
         typer.echo(f"{'':<15} options: {cls.options_help()}")
 
@@ -157,6 +157,144 @@ def predict(
         from attnprof.profiler.predicting import format_table
 
         typer.echo(format_table(rows, budget_bytes))
+
+
+@app.command()
+def sweep(
+    variant: Optional[List[str]] = VARIANT,
+    mode: Optional[List[str]] = MODE,
+    scope: Optional[str] = SCOPE,
+    scenario: Optional[str] = typer.Option(None, "--scenario", help="built-in scenario NAME or a TOML PATH (default: default)"),
+    batch: Optional[int] = typer.Option(None, help="sequences per step"),
+    heads: Optional[int] = typer.Option(None, help="attention heads"),
+    head_dim: Optional[int] = typer.Option(None, "--head-dim", help="per-head width (sets d_model = heads x head_dim)"),
+    d_model: Optional[int] = typer.Option(None, "--d-model", help="model width"),
+    layers: Optional[int] = typer.Option(None, help="transformer blocks"),
+    dtype: Optional[str] = typer.Option(None, help="float32 | bfloat16 | float16 | float64"),
+    seq_len: Optional[List[int]] = SEQ_LEN,
+    min_len: Optional[int] = typer.Option(None, "--min-len", help="smallest power-of-two length"),
+    max_len: Optional[int] = typer.Option(None, "--max-len", help="largest power-of-two length (65536 = the full range)"),
+    tokens_per_batch: Optional[int] = typer.Option(None, "--tokens-per-batch", help="batch = N / seq_len at each length"),
+    ff_chunks: Optional[int] = typer.Option(None, "--ff-chunks", help="feed-forward in N sequence chunks"),
+    forward_only: bool = typer.Option(False, "--forward-only", help="forward pass only"),
+    device: str = typer.Option("auto", help="auto | cpu | cuda"),
+    repeats: Optional[int] = typer.Option(None, help="timed repetitions per point"),
+    warmup: Optional[int] = typer.Option(None, help="untimed warm-up steps per point"),
+    point_timeout: Optional[float] = typer.Option(None, "--point-timeout", help="seconds before a point is killed"),
+    mem_limit: Optional[str] = typer.Option(None, "--mem-limit", help="skip points predicted above this (default: 80% of free RAM, or the GPU's memory)"),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="run folder (default runs/sweep-TIMESTAMP)"),
+    resume: bool = typer.Option(False, "--resume", help="complete an interrupted run folder"),
+    report: bool = typer.Option(True, "--report/--no-report", help="render report.html into the run folder"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress lines"),
+):
+    """Measure every variant x mode x length, each point in its own process; writes results.jsonl and a report."""
+    from datetime import datetime
+
+    from attnprof.profiler.summary import summary_table
+    from attnprof.profiler.sweep import SweepSettings, resolve_device, run_sweep
+
+    for name, value in (("--repeats", repeats), ("--point-timeout", point_timeout)):
+        if value is not None and value <= 0:
+            raise UsageProblem(f"{name} must be positive, got {value}")
+    if warmup is not None and warmup < 0:
+        raise UsageProblem(f"--warmup must not be negative, got {warmup}")
+    sc = build_scenario(scenario or "default", variant=variant, mode=mode, scope=scope, batch=batch, heads=heads,
+                        head_dim=head_dim, d_model=d_model, layers=layers, dtype=dtype, seq_len=seq_len,
+                        min_len=min_len, max_len=max_len, tokens_per_batch=tokens_per_batch,
+                        forward_only=forward_only, ff_chunks=ff_chunks, repeats=repeats, warmup=warmup,
+                        point_timeout_s=point_timeout)
+    resolved = resolve_device(device)
+    limit = None
+    if mem_limit is not None:
+        try:
+            limit = parse_bytes(mem_limit)
+        except ValueError as exc:
+            raise UsageProblem(str(exc)) from None
+    else:
+        from attnprof.profiler.gpu import default_memory_limit_bytes
+
+        limit = default_memory_limit_bytes(resolved)
+    out = out or Path("runs") / f"sweep-{datetime.now():%Y%m%d-%H%M%S}"
+    settings = SweepSettings(device=resolved, mem_limit_bytes=limit, warmup=sc.warmup, repeats=sc.repeats,
+                             point_timeout_s=sc.point_timeout_s)
+    typer.echo(f"attnprof sweep: scenario {sc.name}, device {resolved}, memory limit {fmt_bytes(limit)}, out {out}", err=True)
+    summary = run_sweep(sc, out, settings, resume=resume, show_progress=not quiet)
+    from attnprof.profiler.records import load_run
+
+    typer.echo(summary_table(load_run(out)))
+    typer.echo(f"wall {summary.wall_s:.1f} s for {len(summary.records)} new points "
+               f"({summary.compute_s:.1f} s inside the points, overhead x{summary.wall_s / max(summary.compute_s, 1e-9):.2f}); "
+               f"{summary.kept} kept from before")
+    if summary.interrupted:
+        typer.echo(f"interrupted: every finished point is in {out}/results.jsonl; "
+                   f"complete it with: attnprof sweep ... --out {out} --resume", err=True)
+        raise typer.Exit(130)
+    if report:
+        _render(out, None, None)
+    typer.echo(f"results: {out}/results.jsonl")
+
+
+def _render(run_dir: Path, output: Optional[Path], baseline: Optional[Path]) -> None:
+    from attnprof.reports.render import render_report
+
+    path = render_report(run_dir, output, baseline)
+    typer.echo(f"report: {path}")
+
+
+@app.command()
+def report(
+    run_dir: Path = typer.Argument(..., help="a sweep's run folder"),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="HTML path (default RUN_DIR/report.html)"),
+    baseline: Optional[Path] = typer.Option(None, "--baseline", help="another run folder to compare against"),
+):
+    """Render a self-contained HTML report with PNG charts from a run folder."""
+    _render(run_dir, output, baseline)
+
+
+@app.command()
+def gate(
+    run_dir: Optional[Path] = typer.Argument(None, help="a sweep's run folder"),
+    baseline: Path = typer.Option(..., "--baseline", help="committed baseline JSON"),
+    tolerance: str = typer.Option("2%", "--tolerance", help="relative tolerance, e.g. 2%"),
+    abs_tolerance: str = typer.Option("1MiB", "--abs-tolerance", help="absolute tolerance, e.g. 1MiB"),
+    allow_missing: bool = typer.Option(False, "--allow-missing", help="points missing on either side are not errors"),
+    markdown: Optional[Path] = typer.Option(None, "--markdown", help="write a Markdown summary here"),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="write the comparison as JSON here"),
+    update: bool = typer.Option(False, "--update", help="write/refresh the baseline from RUN_DIR"),
+    run: Optional[str] = typer.Option(None, "--run", help="run this scenario (CPU) instead of reading RUN_DIR"),
+):
+    """Fail (exit 1) when any point's deterministic memory grew beyond tolerance; exit 2 when not comparable."""
+    from attnprof.profiler.gate import run_gate
+    from attnprof.profiler.units import parse_percent
+
+    try:
+        tol, abs_tol = parse_percent(tolerance), parse_bytes(abs_tolerance)
+    except ValueError as exc:
+        raise UsageProblem(str(exc)) from None
+    if run is not None:
+        run_dir = _gate_run(run, run_dir)
+    if run_dir is None:
+        raise UsageProblem("give RUN_DIR or --run SCENARIO")
+    code = run_gate(baseline, run_dir, tolerance_pct=tol, abs_tolerance_bytes=abs_tol, allow_missing=allow_missing,
+                    markdown_file=markdown, json_file=json_out, update=update, out=_echo_routed)
+    raise typer.Exit(code)
+
+
+def _echo_routed(line: str) -> None:
+    """Errors to stderr, everything else to stdout."""
+    typer.echo(line, err=str(line).startswith("error: "))
+
+
+def _gate_run(scenario_name: str, run_dir: Optional[Path]) -> Path:
+    import tempfile
+
+    from attnprof.profiler.sweep import SweepSettings, run_sweep
+
+    sc = load_scenario(scenario_name)
+    out = run_dir or Path(tempfile.mkdtemp(prefix="attnprof-gate-"))
+    settings = SweepSettings(device="cpu", warmup=sc.warmup, repeats=sc.repeats, point_timeout_s=sc.point_timeout_s)
+    run_sweep(sc, out, settings, resume=True, show_progress=False)
+    return out
 
 
 def main() -> None:

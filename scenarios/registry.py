@@ -26,6 +26,9 @@ def register_variant(name: str):
     def wrap(cls):
         if not (isinstance(cls, type) and issubclass(cls, Attention)):
             raise TypeError(f"{cls!r} is not an attnprof Attention subclass")
+        clash = [k for k in cls.OPTIONS if k in vars(Attention) or k in ("name", "description", "paper")]
+        if clash:  # options become instance attributes; they must not hide the class's own
+            raise TypeError(f"variant {name!r}: option name {clash[0]!r} clashes with an Attention attribute")
         if name in _REGISTRY and _REGISTRY[name] is not cls:
             raise ValueError(f"attention variant {name!r} is already registered")
         cls.name = name

@@ -23,7 +23,7 @@ class VariantError(ValueError):
 class Option:
     """One typed option of a variant, e.g. LSH ``n_hashes``."""
 
-    type: type  # int, float or bool
+    type: type  # int, float, bool or str
     default: Any  # None means "chosen from the sequence length" (see the variant)
     help: str
     check: Optional[Callable[[Any], Optional[str]]] = None  # returns an error text, or None
@@ -72,7 +72,7 @@ class Attention(nn.Module):
     """Base of all variants: projections, head split/merge, and the option machinery."""
 
     name: ClassVar[str] = ""  # set by @register_variant
-    summary: ClassVar[str] = ""  # one line for `attnprof variants`
+    description: ClassVar[str] = ""  # one line for `attnprof variants`
     paper: ClassVar[str] = ""  # citation (title, arXiv id)
     shared_qk: ClassVar[bool] = False  # Reformer: keys are the (normalised) queries
     # Expected log-log slopes in n at scope `attention` with default options: (memory, time).

@@ -12,7 +12,7 @@ from attnprof.scenarios.registry import register_variant
 
 @register_variant("full")
 class FullAttention(Attention):
-    summary = "exact softmax(QK^T/sqrt(d))V with the n x n scores materialised (quadratic memory)"
+    description = "exact softmax(QK^T/sqrt(d))V with the n x n scores materialised (quadratic memory)"
     paper = "Vaswani et al. 2017, Attention Is All You Need, arXiv 1706.03762"
     complexity = (2.0, 2.0)
 

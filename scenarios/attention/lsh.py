@@ -56,7 +56,7 @@ def hash_buckets(x: torch.Tensor, rotations: torch.Tensor, block: int) -> torch.
 
 @register_variant("lsh")
 class LSHAttention(Attention):
-    summary = "Reformer LSH attention: shared-QK, hashed into sorted chunks (linear memory)"
+    description = "Reformer LSH attention: shared-QK, hashed into sorted chunks (linear memory)"
     paper = "Kitaev, Kaiser & Levskaya 2020, Reformer: The Efficient Transformer, arXiv 2001.04451"
     shared_qk = True
     complexity = (1.0, 1.0)  # at fixed bucket_size; hashing adds n * n_buckets * dh FLOPs
@@ -134,11 +134,13 @@ class LSHAttention(Attention):
         itself = tq.unsqueeze(-1) == tk.unsqueeze(-2)  # (B, h, C, c, 2c)
         dots = dots.masked_fill(itself, self_mask_value(dots.dtype))
 
-        lse = dots.logsumexp(dim=-1, keepdim=True)  # (B, h, C, c, 1)
-        out = torch.einsum("bhcij,bhcjd->bhcid", (dots - lse).exp(), bv)  # (B, h, C, c, dh)
+        # softmax(dots) equals exp(dots - lse) but sums to 1 even when lse is large (a lone
+        # self key gives lse ~ -1e5, where bf16 steps by 512 and fp32 by 0.008).
+        lse = dots.logsumexp(dim=-1)  # (B, h, C, c)
+        out = torch.einsum("bhcij,bhcjd->bhcid", dots.softmax(dim=-1), bv)  # (B, h, C, c, dh)
 
-        # Undo the sort, then weight each round by its share of the total softmax mass.
+        # Undo the sort, then weight each round by its share of the total softmax mass:
+        # exp(lse_r - logsumexp_r(lse)), i.e. a softmax over the rounds, for the same reason.
         out = gather_rows(out.reshape(b, h, r * n, dh), undo).view(b, h, r, n, dh)  # (B, h, r, n, dh)
         lse = lse.reshape(b, h, r * n).gather(-1, undo).view(b, h, r, n, 1)  # (B, h, r, n, 1)
-        weights = (lse - lse.logsumexp(dim=2, keepdim=True)).exp()  # (B, h, r, n, 1)
-        return (out * weights).sum(dim=2)  # (B, h, n, dh)
+        return (out * lse.softmax(dim=2)).sum(dim=2)  # (B, h, n, dh)

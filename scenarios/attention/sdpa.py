@@ -12,7 +12,7 @@ from attnprof.scenarios.registry import register_variant
 
 @register_variant("sdpa")
 class SDPAttention(Attention):
-    summary = "torch scaled_dot_product_attention, fused kernels, no explicit mask (linear memory)"
+    description = "torch scaled_dot_product_attention, fused kernels, no explicit mask (linear memory)"
     paper = "Vaswani et al. 2017 (arXiv 1706.03762) via fused kernels; Dao et al. 2022 (arXiv 2205.14135)"
     complexity = (1.0, 2.0)
 

@@ -13,8 +13,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from attnprof.scenarios.attention.base import Attention, Option, VariantError, mask_value, positive, power_of_two
-from attnprof.scenarios.attention.sparse_patterns import default_stride, fixed_a1, fixed_a2, strided_a1, strided_a2
+from attnprof.scenarios.attention.base import (Attention, Option, VariantError, mask_value, positive,
+                                               power_of_two)
+from attnprof.scenarios.attention.sparse_patterns import (default_stride, fixed_a1, fixed_a2, strided_a1,
+                                                          strided_a2)
 from attnprof.scenarios.registry import register_variant
 
 COMBINES = ("merged", "multihead", "interleaved")
@@ -89,16 +91,18 @@ class _SparseAttention(Attention):
 
 
 def _blocks(t, l):
+    """(B, h, n, dh) -> (B, h, n/l, l, dh), a view."""
     b, h, n, dh = t.shape
     return t.view(b, h, n // l, l, dh)  # (B, h, n/l, l, dh)
 
 
 @register_variant("sparse_strided")
 class StridedSparseAttention(_SparseAttention):
-    summary = "Sparse Transformer strided: local band of l plus every l-th key, l ~ sqrt(n) (n sqrt n memory)"
+    description = "Sparse Transformer strided: band of l plus every l-th key, l ~ sqrt(n) (n sqrt n memory)"
 
     def predicates(self, l):
-        return (lambda i, j: strided_a1(i, j, l, self.causal)), (lambda i, j: strided_a2(i, j, l, self.causal))
+        causal = self.causal
+        return (lambda i, j: strided_a1(i, j, l, causal)), (lambda i, j: strided_a2(i, j, l, causal))
 
     def part1(self, q, k, v, l, allowed):
         """The band |i−j| ≤ l: query block b sees key blocks b−1, b (and b+1 bidirectional)."""
@@ -112,8 +116,10 @@ class StridedSparseAttention(_SparseAttention):
             return torch.cat([tb[:, :, s:s + nb] for s in range(span)], dim=3)  # (B, h, n/l, span·l, dh)
 
         kpos = torch.cat([pos + (s - 1) * l for s in range(span)], dim=1)  # (n/l, span·l)
-        ok = allowed(pos[:, :, None], kpos[:, None, :]) & ((kpos >= 0) & (kpos < n))[:, None, :]  # (n/l, l, span·l)
-        out, lse = _attend(_blocks(q, l), windows(k), windows(v), ok, self.scale)  # (B, h, n/l, l, dh), (B, h, n/l, l)
+        inside = ((kpos >= 0) & (kpos < n))[:, None, :]  # (n/l, 1, span·l): not a padding key
+        ok = allowed(pos[:, :, None], kpos[:, None, :]) & inside  # (n/l, l, span·l)
+        # out (B, h, n/l, l, dh), lse (B, h, n/l, l)
+        out, lse = _attend(_blocks(q, l), windows(k), windows(v), ok, self.scale)
         return out.reshape(b, h, n, dh), lse.reshape(b, h, n)
 
     def part2(self, q, k, v, l, allowed):
@@ -125,13 +131,14 @@ class StridedSparseAttention(_SparseAttention):
 
         pos = torch.arange(n, device=q.device).view(n // l, l).t()  # (l, n/l): column r, row b
         ok = allowed(pos[:, :, None], pos[:, None, :])  # (l, n/l, n/l)
-        out, lse = _attend(columns(q), columns(k), columns(v), ok, self.scale)  # (B, h, l, n/l, dh), (B, h, l, n/l)
+        # out (B, h, l, n/l, dh), lse (B, h, l, n/l)
+        out, lse = _attend(columns(q), columns(k), columns(v), ok, self.scale)
         return out.transpose(2, 3).reshape(b, h, n, dh), lse.transpose(2, 3).reshape(b, h, n)
 
 
 @register_variant("sparse_fixed")
 class FixedSparseAttention(_SparseAttention):
-    summary = "Sparse Transformer fixed: own block of l plus the last c keys of every block (n sqrt n memory)"
+    description = "Sparse Transformer fixed: own block of l plus the last c keys of each block (n sqrt n memory)"
     OPTIONS = {
         **_SparseAttention.OPTIONS,
         # The paper found c ∈ {8, 16, 32} worked well (§4.2).
@@ -142,19 +149,21 @@ class FixedSparseAttention(_SparseAttention):
     def check_shape(cls, options, seq_len, heads, head_dim):
         l, c = cls.stride_for(options, seq_len), options["summary"]
         if c > l:
-            raise VariantError(f"{cls.name}: summary {c} exceeds stride {l}; use summary <= {l} or stride >= {c}")
+            raise VariantError(f"{cls.name}: summary {c} exceeds stride {l}; "
+                               f"use summary <= {l} or stride >= {c}")
         super().check_shape(options, seq_len, heads, head_dim)
 
     def predicates(self, l):
-        c = self.options["summary"]  # self.summary is this option too, shadowing the class's text
-        return (lambda i, j: fixed_a1(i, j, l, c, self.causal)), (lambda i, j: fixed_a2(i, j, l, c, self.causal))
+        c, causal = self.options["summary"], self.causal
+        return (lambda i, j: fixed_a1(i, j, l, c, causal)), (lambda i, j: fixed_a2(i, j, l, c, causal))
 
     def part1(self, q, k, v, l, allowed):
         """The own block: block-diagonal attention."""
         b, h, n, dh = q.shape
         pos = torch.arange(n, device=q.device).view(n // l, l)  # (n/l, l)
         ok = allowed(pos[:, :, None], pos[:, None, :])  # (n/l, l, l)
-        out, lse = _attend(_blocks(q, l), _blocks(k, l), _blocks(v, l), ok, self.scale)  # (B, h, n/l, l, dh), (B, h, n/l, l)
+        qb, kb, vb = _blocks(q, l), _blocks(k, l), _blocks(v, l)  # (B, h, n/l, l, dh)
+        out, lse = _attend(qb, kb, vb, ok, self.scale)  # out (B, h, n/l, l, dh), lse (B, h, n/l, l)
         return out.reshape(b, h, n, dh), lse.reshape(b, h, n)
 
     def part2(self, q, k, v, l, allowed):

@@ -13,7 +13,7 @@ from attnprof.scenarios.registry import register_variant
 
 @register_variant("talking_heads")
 class TalkingHeadsAttention(FullAttention):
-    summary = "full attention plus learned h x h head-mixing of logits and of weights (quadratic memory)"
+    description = "full attention plus learned h x h head-mixing of logits and of weights (quadratic memory)"
     paper = "Shazeer et al. 2020, Talking-Heads Attention, arXiv 2003.02436"
     complexity = (2.0, 2.0)
 
