@@ -35,7 +35,8 @@ def user_errors() -> tuple:
     import importlib
 
     found = [VariantError, ShapeError, ScenarioError, PlanError, UsageProblem]
-    for module, name in (("attnprof.profiler.gate", "GateError"), ("attnprof.reports.render", "ReportError")):
+    for module, name in (("attnprof.profiler.gate", "GateError"), ("attnprof.reports.render", "ReportError"),
+                         ("attnprof.profiler.sweep", "SweepError")):
         try:
             found.append(getattr(importlib.import_module(module), name))
         except (ImportError, AttributeError):
@@ -83,9 +84,24 @@ def build_scenario(scenario: Optional[str], *, variant, mode, scope, batch, head
     from attnprof.profiler.plan import modes_of, shape_at, variant_specs
 
     shape_at(sc, sc.lengths()[0] if sc.lengths() else 1)  # validates d_model/heads/dtype
-    variant_specs(sc)
     modes_of(sc)
+    for spec in variant_specs(sc):
+        _runs_somewhere(spec, sc)
     return sc
+
+
+def _runs_somewhere(spec, sc: Scenario) -> None:
+    """A variant whose options fit none of the requested lengths is a user error; one
+    that fits only some runs there, and its other points are skipped with the reason."""
+    problems = []
+    for n in sc.lengths():
+        try:
+            spec.check_shape(n, sc.heads, sc.d_model // sc.heads)
+            return
+        except VariantError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise VariantError(problems[-1])
 
 
 # --- commands ------------------------------------------------------------------------------

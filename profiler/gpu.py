@@ -14,7 +14,8 @@ from __future__ import annotations
 import os
 import platform
 import threading
-from typing import Any, Callable, Optional
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Optional
 
 import psutil
 import torch
@@ -52,17 +53,26 @@ def _nvml_init() -> str:
     return ""
 
 
+@contextmanager
+def _nvml_session() -> Iterator[str]:
+    """NVML initialised for the block (yields "") or not (yields "no NVML: <reason>")."""
+    problem = _nvml_init()
+    try:
+        yield problem
+    finally:
+        if not problem:
+            pynvml.nvmlShutdown()
+
+
 def nvml_available() -> tuple[bool, str]:
     """(True, "NVML, driver <version>") when NVML initialises, else (False, "no NVML: <reason>")."""
-    problem = _nvml_init()
-    if problem:
-        return False, problem
-    try:
-        return True, f"NVML, driver {_text(pynvml.nvmlSystemGetDriverVersion())}"
-    except pynvml.NVMLError:
-        return True, "NVML"
-    finally:
-        pynvml.nvmlShutdown()
+    with _nvml_session() as problem:
+        if problem:
+            return False, problem
+        try:
+            return True, f"NVML, driver {_text(pynvml.nvmlSystemGetDriverVersion())}"
+        except pynvml.NVMLError:
+            return True, "NVML"
 
 
 def _text(value: Any) -> str:
@@ -266,7 +276,7 @@ def device_environment(device: str) -> dict:
     ``note`` says why, so a manifest is always written.
     """
     notes: list[str] = []
-    env: dict = {"device": str(device), "device_name": "cpu", "device_memory_bytes": None, "cuda": None,
+    env: dict = {"device_name": "cpu", "device_memory_bytes": None, "cuda": None,
                  "driver": None, "compute_capability": None, "cpu": _cpu_model(), "logical_cores": os.cpu_count(),
                  "ram_bytes": None}
     try:
@@ -285,21 +295,17 @@ def device_environment(device: str) -> dict:
 
 def _gpu_facts(env: dict, device: str, notes: list[str]) -> None:
     index = torch.device(device).index or 0
-    problem = _nvml_init()
-    if problem:
-        notes.append(problem)
-    else:
+    with _nvml_session() as problem:
+        notes += [problem] if problem else []
         try:
-            env["driver"] = _text(pynvml.nvmlSystemGetDriverVersion())
-            handle = nvml_handle_for(index)
-            env["device_name"] = _text(pynvml.nvmlDeviceGetName(handle))
-            env["device_memory_bytes"] = int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)
-            major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
-            env["compute_capability"] = f"{major}.{minor}"
+            if not problem:
+                env["driver"] = _text(pynvml.nvmlSystemGetDriverVersion())
+                handle = nvml_handle_for(index)
+                env["device_name"] = _text(pynvml.nvmlDeviceGetName(handle))
+                env["device_memory_bytes"] = int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)
+                env["compute_capability"] = "{}.{}".format(*pynvml.nvmlDeviceGetCudaComputeCapability(handle))
         except pynvml.NVMLError as exc:
             notes.append(f"NVML: {exc}")
-        finally:
-            pynvml.nvmlShutdown()
     if env["device_name"] is None or env["compute_capability"] is None:
         try:
             props = torch.cuda.get_device_properties(index)
@@ -320,13 +326,12 @@ def default_memory_limit_bytes(device: str) -> int:
     if not str(device).startswith("cuda"):
         return int(CPU_LIMIT_FRACTION * psutil.virtual_memory().available)
     index = torch.device(device).index or 0  # not current_device(): that would initialise CUDA
-    if not _nvml_init():
+    with _nvml_session() as problem:
         try:
-            return int(pynvml.nvmlDeviceGetMemoryInfo(nvml_handle_for(index)).total)
+            if not problem:
+                return int(pynvml.nvmlDeviceGetMemoryInfo(nvml_handle_for(index)).total)
         except pynvml.NVMLError:
-            pass
-        finally:
-            pynvml.nvmlShutdown()
+            pass  # torch below
     try:
         return int(torch.cuda.mem_get_info(index)[1])
     except Exception as exc:  # noqa: BLE001

@@ -48,7 +48,9 @@ def environment(device: str) -> dict:
         env.update(device_environment(device))
     except ImportError:
         pass
-    env.setdefault("device_name", platform.processor() or "cpu")
+    if env["device"] == "cpu":  # name the processor, not just "cpu"
+        env["device_name"] = env.get("cpu") or platform.processor() or "cpu"
+    env.setdefault("device_name", "")
     return env
 
 

@@ -80,15 +80,17 @@ def format_table(rows: list[dict], budget_bytes: int | None = None) -> str:
             lines.append([r["variant"], r["mode"], str(r["longest_fitting_seq_len"] or "none"),
                           fmt_bytes(r.get("predicted_peak_bytes")), r["limited_by"]])
             continue
-        if r["status"] != "ok":
-            lines.append([r["variant"], r["mode"], str(r["seq_len"]), str(r["batch"]), r["status"], r["reason"]])
+        if r["status"] != "ok":  # the reason trails the row, outside the aligned columns
+            lines.append([r["variant"], r["mode"], str(r["seq_len"]), str(r["batch"]), r["status"]]
+                         + ["-"] * (len(head) - 5) + [r["reason"]])
             continue
         br = r["predicted_breakdown_bytes"]
         lines.append([r["variant"], r["mode"], str(r["seq_len"]), str(r["batch"]), fmt_bytes(r["predicted_peak_bytes"]),
                       fmt_bytes(br["parameters"] + br["inputs"]), fmt_bytes(br["gradients"]),
                       fmt_bytes(br["activations"]), fmt_bytes(br["temporaries"]), fmt_flops(r["flops"])])
     widths = [max(len(row[i]) for row in lines if i < len(row)) for i in range(len(head))]
-    text = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in lines]
+    text = ["  ".join(cell.ljust(widths[i]) if i < len(widths) else cell for i, cell in enumerate(row)).rstrip()
+            for row in lines]
     title = "predicted peak (fake tensors, exact tensor accounting); params column includes inputs"
     if budget_bytes is None and len(rows) == 1 and rows[0].get("largest_at_peak"):
         text.append("largest tensors live at the peak:")

@@ -78,8 +78,6 @@ def measure_point(point: Point, settings: dict) -> PointRecord:
     started = time.perf_counter()
     torch.set_num_threads(settings.get("threads") or torch.get_num_threads())
     try:
-        if settings.get("test_hook"):  # tests only: simulate a crash, hang or OOM inside a point
-            _test_hook(settings["test_hook"], point)
         pred = predict(point)
         record.predicted_peak_bytes = pred.peak_bytes
         record.predicted_breakdown_bytes = pred.breakdown_bytes
@@ -89,11 +87,15 @@ def measure_point(point: Point, settings: dict) -> PointRecord:
             record.status = "skipped"
             record.reason = f"predicted peak {fmt_bytes(pred.peak_bytes)} exceeds the memory limit {fmt_bytes(limit)}"
             return record
+        if settings.get("test_hook"):  # tests only: simulate a crash, hang or OOM inside a point
+            _test_hook(settings["test_hook"], point)
+        memory_started = time.perf_counter()
         if device == "cpu":
             _cpu_memory_pass(point, record)
         else:
             _cuda_memory_pass(point, record, device)
-        _timing_pass(point, record, settings)
+        memory_pass_s = time.perf_counter() - memory_started
+        _timing_pass(point, record, settings, memory_pass_s)
     except Exception as exc:  # noqa: BLE001 - any failure of one point is that point's result
         record.status = "oom" if is_oom(exc) else "error"
         record.reason = one_line(exc)
@@ -127,13 +129,22 @@ def _cuda_memory_pass(point: Point, record: PointRecord, device: str) -> None:
     del work
 
 
-def _timing_pass(point: Point, record: PointRecord, settings: dict) -> None:
+# A memory pass at least this long has already warmed this process up (thread pool, allocator,
+# kernel selection) on the same ops; further warm-up steps would only cost time.
+WARM_AFTER_S = 2.0
+
+
+def _timing_pass(point: Point, record: PointRecord, settings: dict, memory_pass_s: float) -> None:
     from attnprof.profiler.timing import cpu_time, cuda_time, summarize
 
     device = settings["device"]
     torch.manual_seed(0)
     work = Workload(point, device)
     warmup, repeats = settings.get("warmup", 1), settings.get("repeats", 3)
+    if device == "cpu" and memory_pass_s >= WARM_AFTER_S and warmup:
+        warmup = 0
+        record.reason = (record.reason + "; " if record.reason else "") + \
+            f"no extra warm-up: the {memory_pass_s:.1f} s memory pass ran the same ops first"
     backward = None if point.forward_only else (lambda loss: (work.backward(loss), work.zero_grad()))
     if device == "cpu":
         fwd, bwd = cpu_time(work.forward, backward, warmup, repeats)
