@@ -112,6 +112,13 @@ class Attention(nn.Module):
     def check_shape(cls, options: dict, seq_len: int, heads: int, head_dim: int) -> None:
         """Raise VariantError if these options cannot run at this shape (override)."""
 
+    @classmethod
+    def layer_period(cls, options: dict) -> int:
+        """After how many blocks the stack repeats itself (override when a variant's
+        behaviour depends on ``layer_index``): the predictor extrapolates over depth in
+        steps of this many layers."""
+        return 1
+
     # --- the module -------------------------------------------------------------------
     def split_heads(self, t: torch.Tensor) -> torch.Tensor:
         b, n, _ = t.shape

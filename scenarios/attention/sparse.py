@@ -56,6 +56,10 @@ class _SparseAttention(Attention):
         return options["stride"] or default_stride(seq_len)
 
     @classmethod
+    def layer_period(cls, options: dict) -> int:
+        return 2 if options.get("combine") == "interleaved" else 1  # A1 / A2 alternate by block
+
+    @classmethod
     def check_shape(cls, options, seq_len, heads, head_dim):
         l = cls.stride_for(options, seq_len)
         if seq_len % l:

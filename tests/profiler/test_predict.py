@@ -65,3 +65,15 @@ def slope(variant: str, n1: int, n2: int) -> float:
 def test_attention_memory_slope_matches_the_algorithm(variant, expected):
     """Log-log slope of the forward+backward peak between 16K and 64K tokens (l = sqrt(n) exactly)."""
     assert abs(slope(variant, 16384, 65536) - expected) < 0.1
+
+
+@pytest.mark.parametrize("variant", ["full", "sdpa", "talking_heads", "lsh", "sparse_strided",
+                                     "sparse_fixed[combine=interleaved,summary=4]"])
+@pytest.mark.parametrize("mode", ["plain", "checkpoint", "reversible"])
+def test_depth_extrapolation_equals_running_every_layer(variant, mode):
+    layers = 20 if "interleaved" in variant else 10  # deep enough that the predictor extrapolates
+    point = Point(variant, mode, "model", Shape(batch=1, seq_len=256, d_model=32, heads=4, layers=layers))
+    fast, exact = predict(point), predict(point, exact=True)
+    assert fast.method.startswith("extrapolated") and exact.method == "exact"
+    assert (fast.peak_bytes, fast.breakdown_bytes, fast.flops_fwd, fast.flops_bwd) == \
+           (exact.peak_bytes, exact.breakdown_bytes, exact.flops_fwd, exact.flops_bwd)
