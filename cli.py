@@ -246,8 +246,24 @@ def sweep(
                    f"complete it with: attnprof sweep ... --out {out} --resume", err=True)
         raise typer.Exit(130)
     if report:
+        _capacity_for_report(sc, out)
         _render(out, None, None)
     typer.echo(f"results: {out}/results.jsonl")
+
+
+def _capacity_for_report(sc: Scenario, out: Path) -> None:
+    """Predict the lengths that decide the report's "longest length that fits" table, so
+    none of its figures is an extrapolation (fake tensors; about a minute on 2 cores)."""
+    import time
+
+    from attnprof.profiler.predicting import capacity_predictions
+    from attnprof.reports.capacity import add_predictions
+
+    started = time.perf_counter()
+    typer.echo("predicting the longest length that fits 16-141 GiB for the report (fake tensors) ...", err=True)
+    entries = capacity_predictions(sc)
+    add_predictions(out, entries)
+    typer.echo(f"  {len(entries)} predictions in {time.perf_counter() - started:.1f} s", err=True)
 
 
 def _render(run_dir: Path, output: Optional[Path], baseline: Optional[Path]) -> None:

@@ -110,3 +110,58 @@ def format_table(rows: list[dict], budget_bytes: int | None = None) -> str:
     if budget_bytes is not None:
         title = f"longest power-of-two length whose predicted peak fits in {fmt_bytes(budget_bytes)}"
     return "\n".join([title, *text])
+
+
+BUDGETS_GIB = (16, 24, 40, 80, 141)  # the report's budgets: common GPU memory sizes
+
+
+def capacity_predictions(scenario: Scenario, budgets_gib=BUDGETS_GIB, start: int = 16,
+                         limit: int = LONGEST_SEARCHED) -> dict[str, int]:
+    """Predicted peaks at exactly the lengths that decide, for each series and budget,
+    the longest power of two that fits (binary search; memory grows with length).
+
+    Returns ``json.dumps(point.key()) -> predicted bytes``: the cache the report's
+    capacity table reads, so its figures are predictions, never extrapolations.
+    Series run in parallel over the CPU's cores.
+    """
+    templates = [points[0] for points in series(scenario)]
+    jobs = [(scenario, t, tuple(budgets_gib), start, limit) for t in templates]
+    workers = min(len(jobs), os.cpu_count() or 1)
+    if workers < 2:
+        results = [_series_capacity(job) for job in jobs]
+    else:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("fork")) as pool:
+            results = list(pool.map(_series_capacity, jobs))
+    return {key: value for part in results for key, value in part.items()}
+
+
+def _series_capacity(job) -> dict[str, int]:
+    import json
+
+    scenario, template, budgets_gib, start, limit = job
+    lengths = [start << i for i in range(64) if start << i <= limit]
+    known: dict[int, int | None] = {}
+
+    def peak(n: int) -> int | None:
+        if n not in known:
+            point = Point(template.variant, template.mode, template.scope, shape_at(scenario, n), template.forward_only)
+            known[n] = None if shape_problem(point) else predict(point, count_flops=False).peak_bytes
+        return known[n]
+
+    for gib in budgets_gib:
+        lo, hi = -1, len(lengths)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            value = peak(lengths[mid])
+            # a length the variant cannot run at (e.g. LSH below 2 buckets) counts as fitting
+            # when shorter than lengths that do: memory only grows with n
+            lo, hi = (mid, hi) if value is None or value <= gib * 2**30 else (lo, mid)
+        for i in (lo, hi):
+            if 0 <= i < len(lengths):
+                peak(lengths[i])
+    out = {}
+    for n, value in known.items():
+        if value is not None:
+            point = Point(template.variant, template.mode, template.scope, shape_at(scenario, n), template.forward_only)
+            out[json.dumps(point.key())] = value
+    return out

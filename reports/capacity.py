@@ -1,0 +1,245 @@
+"""The longest power-of-two length whose predicted peak fits a memory budget, per
+series × mode: "which attention, at what length, on which GPU".
+
+Predicted peaks come from the run's ``predicted_peak_bytes`` column and, beyond its
+lengths, from ``attnprof.profiler.accounting.predict`` (fake tensors, no allocation),
+called only at the lengths that decide a boundary and only within a time budget. Where
+the budget runs out, the figure is a log-log extrapolation and is marked as such.
+Predictions are cached in the run folder: a later render starts where this one stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+import pandas as pd
+
+from attnprof.profiler.point import Point
+from attnprof.reports.scaling import expected_exponents
+from attnprof.reports.units import GIB, fmt_len
+from attnprof.scenarios.shape import Shape
+
+# Budgets in GiB, with GPUs that have about that much memory.
+BUDGETS_GIB = {16: "V100 16GB, T4", 24: "RTX 4090, A10", 40: "A100 40GB", 80: "A100/H100 80GB", 141: "H200"}
+MIN_EXP, MAX_EXP = 4, 20  # lengths searched: 16 .. 1M tokens
+CACHE_FILE = "report-predictions.json"
+FIRST_CALL_S = 4.0  # a cold process's first predict(): mostly importing torch._dynamo
+Predictor = Callable[[Point], int]
+
+
+def default_predictor(point: Point) -> int:
+    from attnprof.profiler.accounting import predict  # torch machinery: import on first use
+
+    return predict(point, count_flops=False).peak_bytes
+
+
+@dataclass
+class Fit:
+    length: int  # longest fitting power of two; 0: not even 2**MIN_EXP fits
+    verified: bool  # the boundary's lengths were all predicted, none extrapolated
+    at_cap: bool  # fits even at 2**MAX_EXP: the longest is at least that
+
+
+def fit_text(fit, ran: bool = True) -> str:
+    """'16K'; '~16K' extrapolated; '1M+' at the search cap; '?' no prediction; '–' not in the run."""
+    if not ran:
+        return "–"
+    if fit is None:
+        return "?"
+    if fit.length == 0:
+        return f"<{fmt_len(1 << MIN_EXP)}"
+    text = fmt_len(fit.length) + ("+" if fit.at_cap else "")
+    return text if fit.verified else "~" + text
+
+
+@dataclass
+class Curve:
+    """Predicted peak bytes of one series × panel against length."""
+
+    series: str
+    panel: str
+    make_point: Callable[[int], Point]
+    exponent: Optional[float] = None  # the variant's memory exponent (complexity[0]), if known
+    known: dict = field(default_factory=dict)  # length -> predicted bytes
+    problem: str = ""  # why predict() stopped being called for this curve
+
+    def estimate(self, n: int) -> Optional[float]:
+        """Known; else, beyond the largest known length, ``a*n + b*n**e`` through the two
+        largest (linear stack terms plus the variant's own exponent e); else log-log
+        interpolation (or extrapolation) between the nearest two known lengths."""
+        if n in self.known:
+            return self.known[n]
+        ks = sorted(self.known)
+        if not ks:
+            return None
+        if len(ks) == 1:
+            return self.known[ks[0]] * n / ks[0]  # one point: assume linear
+        if n > ks[-1] and (two_term := self._two_term(ks[-2], ks[-1])):
+            a, b, e = two_term
+            return a * n + b * n ** e
+        lo, hi = (ks[0], ks[1]) if n < ks[0] else (ks[-2], ks[-1]) if n > ks[-1] else _around(ks, n)
+        slope = max(0.0, math.log(self.known[hi] / self.known[lo]) / math.log(hi / lo))
+        return self.known[hi] * (n / hi) ** slope
+
+    def _two_term(self, n1: int, n2: int) -> Optional[tuple]:
+        e = self.exponent
+        if e is None or e <= 1.0 + 1e-6:
+            return None
+        p1, p2 = self.known[n1], self.known[n2]
+        det = n1 * n2 ** e - n2 * n1 ** e  # solve p = a*n + b*n**e at n1 and n2
+        a, b = (p1 * n2 ** e - p2 * n1 ** e) / det, (n1 * p2 - n2 * p1) / det
+        return (a, b, e) if a >= 0 and b >= 0 else None
+
+    def fit(self, budget_bytes: float) -> Optional[Fit]:
+        if not self.known:
+            return None
+        longest = 0
+        for e in range(MIN_EXP, MAX_EXP + 1):
+            if self.estimate(1 << e) > budget_bytes:
+                break
+            longest = 1 << e
+        return Fit(longest, not self.deciding(longest), longest == 1 << MAX_EXP)
+
+    def deciding_for(self, budget_bytes: float) -> list[int]:
+        fit = self.fit(budget_bytes)
+        return self.deciding(fit.length) if fit else []
+
+    def deciding(self, longest: int) -> list[int]:
+        """Lengths not yet predicted that decide ``longest``: it, and the next one up."""
+        nxt = (longest * 2 if longest else 1 << MIN_EXP) if longest < 1 << MAX_EXP else 0
+        return [n for n in (longest, nxt) if n and n not in self.known]
+
+
+@dataclass
+class Capacity:
+    budgets: dict  # budget in GiB -> GPUs with about that much memory
+    fits: dict  # (series, panel) -> {budget_gib: Fit or None}
+    calls: int  # predict() calls made for this report
+    seconds: float
+    problems: dict  # (series, panel) -> why its predictions stopped
+
+
+def capacity(frame: pd.DataFrame, run_dir: Path | None = None, *, seconds: float = 4.0,
+             predictor: Predictor | None = None, budgets: dict | None = None) -> Capacity:
+    """Fits for every series × panel and budget; predict() runs for about ``seconds`` at most
+    (one call may overrun it), round-robin over curves, the shortest undecided length first."""
+    predictor = predictor or default_predictor
+    budgets = budgets or BUDGETS_GIB
+    cache = _read_cache(run_dir)
+    curves = [_curve(rows, cache) for _, rows in frame.groupby(["series", "panel"], sort=False)]
+    # The first fake-tensor run in a process imports torch._dynamo (seconds): budget for it.
+    warm = predictor is not default_predictor or "torch._dynamo" in sys.modules
+    start, calls, last_s, first = time.monotonic(), 0, 0.0 if warm else FIRST_CALL_S, int(frame["seq_len"].min())
+    open_curves = list(curves)
+    while open_curves:
+        still = []
+        for curve in open_curves:
+            if time.monotonic() - start + last_s > seconds:  # the next call would likely overrun
+                still = []
+                break
+            need = sorted({n for b in budgets for n in curve.deciding_for(b * GIB)})  # short ones are cheap
+            if not curve.known:
+                need = [first]
+            if need and not curve.problem:
+                began = time.monotonic()
+                if _predict(curve, need[0], predictor, cache):
+                    calls, last_s = calls + 1, time.monotonic() - began
+                still.append(curve)
+        open_curves = still
+    _write_cache(run_dir, cache)
+    fits = {(c.series, c.panel): {b: c.fit(b * GIB) for b in budgets} for c in curves}
+    problems = {(c.series, c.panel): c.problem for c in curves if c.problem}
+    return Capacity(dict(budgets), fits, calls, time.monotonic() - start, problems)
+
+
+def _around(ks: list[int], n: int) -> tuple[int, int]:
+    """The known lengths just below and just above n (ks sorted, ks[0] < n < ks[-1])."""
+    hi = next(k for k in ks if k > n)
+    return max(k for k in ks if k < n), hi
+
+
+def _predict(curve: Curve, n: int, predictor: Predictor, cache: dict) -> int:
+    """Predict one length into the curve (and the cache); 1 if predict() ran."""
+    try:
+        point = curve.make_point(n)
+        key = json.dumps(point.key())
+        if key not in cache:
+            cache[key] = int(predictor(point))
+            curve.known[n] = cache[key]
+            return 1
+        curve.known[n] = cache[key]
+    except Exception as exc:  # an unknown plug-in, a shape a variant refuses, a fake-tensor gap
+        curve.problem = " ".join(f"predicting n={n}: {type(exc).__name__}: {exc}".split())[:300]
+    return 0
+
+
+def _curve(rows: pd.DataFrame, cache: dict) -> Curve:
+    first = rows.iloc[0]
+    batch_of = _batch_rule(rows)
+
+    def make_point(n: int) -> Point:
+        shape = Shape(batch=batch_of(n), seq_len=n, d_model=int(first["d_model"]), heads=int(first["heads"]),
+                      layers=int(first["layers"]), dtype=str(first["dtype"]), ff_mult=int(first["ff_mult"]),
+                      ff_chunks=int(first["ff_chunks"]))
+        return Point(str(first["variant"]), str(first["mode"]), str(first["scope"]), shape, bool(first["forward_only"]))
+
+    curve = Curve(str(first["series"]), str(first["panel"]), make_point, _memory_exponent(str(first["variant"])))
+    for n, value in zip(rows["seq_len"], rows["predicted_peak_bytes"]):
+        if not pd.isna(value):
+            curve.known[int(n)] = float(value)
+    for n in range(MIN_EXP, MAX_EXP + 1):  # earlier renders' predictions
+        try:
+            value = cache.get(json.dumps(make_point(1 << n).key()))
+        except ValueError:  # a shape that cannot exist (cannot happen for sane runs)
+            value = None
+        if value is not None:
+            curve.known.setdefault(1 << n, float(value))
+    return curve
+
+
+def _memory_exponent(variant: str) -> Optional[float]:
+    exponents = expected_exponents(variant)
+    return float(exponents[0]) if exponents else None
+
+
+def _batch_rule(rows: pd.DataFrame) -> Callable[[int], int]:
+    """A fixed batch, or tokens per batch held constant (batch = tokens // n) when the run did."""
+    tokens = set(rows["batch"] * rows["seq_len"])
+    if rows["batch"].nunique() > 1 and len(tokens) == 1:
+        total = int(tokens.pop())
+        return lambda n: max(1, total // n)
+    batch = int(rows.sort_values("seq_len")["batch"].iloc[-1])
+    return lambda n: batch
+
+
+def _read_cache(run_dir: Path | None) -> dict:
+    """Earlier renders' predictions, point key -> bytes; anything unreadable counts as none."""
+    try:
+        data = json.loads((Path(run_dir) / CACHE_FILE).read_text(encoding="utf-8")) if run_dir else {}
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def _write_cache(run_dir: Path | None, cache: dict) -> None:
+    if not run_dir or not cache:
+        return
+    try:
+        (Path(run_dir) / CACHE_FILE).write_text(json.dumps(cache, indent=0), encoding="utf-8")
+    except OSError:  # a read-only run folder: the report still renders, only slower next time
+        pass
+
+
+def add_predictions(run_dir: Path, entries: dict) -> None:
+    """Merge predictions made elsewhere (the sweep's capacity phase) into the cache."""
+    cache = _read_cache(run_dir)
+    cache.update(entries)
+    _write_cache(run_dir, cache)

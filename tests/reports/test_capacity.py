@@ -1,0 +1,121 @@
+"""Longest power-of-two length that fits a budget: search, verification, cache."""
+
+from attnprof.reports.capacity import BUDGETS_GIB, CACHE_FILE, MAX_EXP, capacity
+from attnprof.reports.data import load
+from attnprof.reports.units import GIB
+
+from conftest import synthetic_record, write_run
+
+
+def quadratic(point) -> int:
+    """A stand-in predictor: 1000 bytes per n**2 (and a fixed 1 MiB), exact and instant."""
+    return 1000 * point.shape.seq_len ** 2 + (1 << 20)
+
+
+def run_of(tmp_path, variant="full", lengths=(256, 512, 1024), peak=quadratic, batches=None):
+    records = []
+    for i, n in enumerate(lengths):
+        r = synthetic_record(variant, "plain", n)
+        r.batch = batches[i] if batches else 1
+        r.predicted_peak_bytes = r.measured_peak_bytes = 1000 * n * n + (1 << 20)
+        records.append(r)
+    return load(write_run(tmp_path / "run", records))
+
+
+def longest(budget_gib: int) -> int:
+    n = 1
+    while 1000 * (2 * n) ** 2 + (1 << 20) <= budget_gib * GIB:
+        n *= 2
+    return n
+
+
+def test_with_time_to_predict_every_boundary_is_verified(tmp_path):
+    run = run_of(tmp_path)
+    cap = capacity(run.frame, run.path, seconds=60, predictor=quadratic)
+    fits = cap.fits[("full", "plain")]
+    for budget in BUDGETS_GIB:
+        assert fits[budget].length == longest(budget) and fits[budget].verified
+    assert cap.calls > 0 and not cap.problems
+
+
+def test_without_time_figures_are_extrapolated_and_marked(tmp_path):
+    run = run_of(tmp_path)
+    cap = capacity(run.frame, run.path, seconds=0, predictor=quadratic)
+    fits = cap.fits[("full", "plain")]
+    assert cap.calls == 0
+    assert all(not f.verified for f in fits.values())
+    # 'full' is quadratic (complexity[0] = 2): a*n + b*n**2 through the run's points is exact here
+    assert [f.length for f in fits.values()] == [longest(b) for b in BUDGETS_GIB]
+
+
+def test_predictions_are_cached_in_the_run_folder(tmp_path):
+    run = run_of(tmp_path)
+    first = capacity(run.frame, run.path, seconds=60, predictor=quadratic)
+    assert (run.path / CACHE_FILE).exists()
+
+    def refuse(point):
+        raise AssertionError("should have come from the cache")
+
+    again = capacity(run.frame, run.path, seconds=60, predictor=refuse)
+    assert again.calls == 0 and not again.problems
+    assert again.fits == first.fits
+
+
+def test_a_variant_that_cannot_be_predicted_is_reported_not_raised(tmp_path):
+    run = run_of(tmp_path, variant="no_such_variant")
+
+    def fails(point):
+        raise ValueError(f"unknown variant {point.variant!r}")
+
+    cap = capacity(run.frame, run.path, seconds=60, predictor=fails)
+    assert "unknown variant 'no_such_variant'" in cap.problems[("no_such_variant", "plain")]
+    assert not cap.fits[("no_such_variant", "plain")][16].verified
+
+
+def test_at_the_search_cap_the_fit_says_so(tmp_path):
+    run = run_of(tmp_path)
+    cap = capacity(run.frame, run.path, seconds=60, predictor=lambda p: 1024 * p.shape.seq_len)
+    fit = cap.fits[("full", "plain")][141]
+    assert fit.length == 1 << MAX_EXP and fit.at_cap and fit.verified
+
+
+def test_tokens_per_batch_runs_predict_with_the_batch_the_sweep_would_use(tmp_path):
+    run = run_of(tmp_path, batches=(16, 8, 4))  # 4096 tokens per batch
+    seen = []
+
+    def record(point):
+        seen.append((point.shape.seq_len, point.shape.batch))
+        return quadratic(point)
+
+    capacity(run.frame, None, seconds=60, predictor=record)
+    assert seen and all(b == max(1, 4096 // n) for n, b in seen)
+
+
+def test_budget_keys_are_the_issue_budgets():
+    assert list(BUDGETS_GIB) == [16, 24, 40, 80, 141]
+
+
+def test_a_real_prediction_for_a_builtin_variant(tmp_path):
+    """The default predictor (fake tensors, a few seconds for its first call): sdpa's memory
+    is linear in n, so at this tiny shape even 1M tokens fits 16 GiB, and one call shows it."""
+    from attnprof.profiler.accounting import predict
+    from attnprof.profiler.point import Point
+    from attnprof.scenarios.shape import Shape
+
+    record = synthetic_record("sdpa", "plain", 256)
+    shape = Shape(seq_len=256, d_model=64, heads=4, layers=2)
+    record.predicted_peak_bytes = predict(Point("sdpa", "plain", "model", shape), count_flops=False).peak_bytes
+    run = load(write_run(tmp_path / "run", [record]))
+    cap = capacity(run.frame, run.path, seconds=60)
+    fit = cap.fits[("sdpa", "plain")][16]
+    assert cap.calls == 1 and fit.length == 1 << MAX_EXP and fit.at_cap and fit.verified
+
+
+def test_fit_text_marks_extrapolation_the_cap_and_absence():
+    from attnprof.reports.capacity import Fit, fit_text
+
+    assert fit_text(Fit(16384, True, False)) == "16K"
+    assert fit_text(Fit(16384, False, False)) == "~16K"
+    assert fit_text(Fit(1 << MAX_EXP, True, True)) == "1M+"
+    assert fit_text(Fit(0, True, False)) == "<16"
+    assert fit_text(None) == "?" and fit_text(None, ran=False) == "–"

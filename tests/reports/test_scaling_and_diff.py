@@ -1,0 +1,61 @@
+"""Fitted slopes, expected exponents, and the baseline comparison."""
+
+import pandas as pd
+import pytest
+
+from attnprof.reports.data import load, tidy
+from attnprof.reports.diff import compare
+from attnprof.reports.scaling import expected_exponents, fit_slope, slopes
+
+from conftest import ci_records, synthetic_record, write_run
+
+
+def test_fit_slope_recovers_a_power_law_and_needs_two_lengths():
+    assert fit_slope([256, 512, 1024], [3 * n ** 1.5 for n in (256, 512, 1024)]) == pytest.approx(1.5)
+    assert fit_slope([256], [1.0]) is None
+    assert fit_slope([256, 512], [1.0, float("nan")]) is None
+
+
+@pytest.mark.parametrize("label, expected", [("full", (2.0, 2.0)), ("lsh[n_hashes=8]", (1.0, 1.0)),
+                                             ("sdpa", (1.0, 2.0)), ("<script>alert(1)</script>", None),
+                                             ("no_such_variant", None), ("lsh[no_such_option=1]", None)])
+def test_expected_exponents_come_from_the_registry(label, expected):
+    assert expected_exponents(label) == expected
+
+
+def test_slopes_fit_ok_points_only(tmp_path):
+    run = load(write_run(tmp_path / "run", ci_records()))
+    by_key = {(s.series, s.panel): s for s in slopes(run.frame)}
+    full_plain = by_key[("full", "plain")]  # its 1024 point is an OOM
+    assert full_plain.points == 2 and full_plain.memory_measured
+    assert 1.0 < full_plain.memory < 2.0  # linear stack terms plus the quadratic one
+    assert by_key[("sdpa", "checkpoint")].memory == pytest.approx(1.0, abs=0.01)
+
+
+def test_compare_flags_regressions_improvements_and_noise(tmp_path):
+    base = load(write_run(tmp_path / "base", ci_records())).frame
+    changed = []
+    for r in ci_records():
+        key = (r.variant, r.mode, r.seq_len)
+        if key == ("sdpa", "plain", 512):
+            r = synthetic_record("sdpa", "plain", 512, scale=1.005)  # +0.5% memory and time: within tolerance
+        elif key == ("lsh", "reversible", 256):
+            r = synthetic_record("lsh", "reversible", 256, scale=0.5)  # half: an improvement
+        elif key == ("sdpa", "plain", 1024):
+            r = synthetic_record("sdpa", "plain", 1024, status="timeout", reason="> 120 s")
+        changed.append(r.to_row())
+    run = tidy(pd.DataFrame(changed))
+    diff = compare(run, base)
+    verdict = {(r.series, r.panel, r.seq_len): r.verdict for r in diff.itertuples()}
+    assert verdict[("sdpa", "plain", 512)] == "same"
+    assert verdict[("lsh", "reversible", 256)] == "improvement"
+    assert verdict[("sdpa", "plain", 1024)] == "regression"
+    assert sum(v != "same" for v in verdict.values()) == 2
+    assert list(diff["verdict"])[:2] == ["regression", "improvement"]  # changes first
+
+
+def test_compare_lists_points_only_one_run_has(tmp_path):
+    base = load(write_run(tmp_path / "base", ci_records(variants=("full", "sdpa")))).frame
+    run = load(write_run(tmp_path / "run", ci_records(variants=("sdpa", "lsh")))).frame
+    counts = compare(run, base)["verdict"].value_counts()
+    assert counts["new"] == 9 and counts["gone"] == 9 and counts["same"] == 9
