@@ -12,10 +12,13 @@ from typing import List, Optional
 
 import typer
 
-try:  # typer >= 0.20 vendors click
-    from typer._click.exceptions import ClickException, NoArgsIsHelpError
-except ImportError:  # pragma: no cover
-    from click.exceptions import ClickException, NoArgsIsHelpError
+try:  # recent typer vendors click
+    from typer._click import exceptions as _click_exceptions
+except ImportError:  # pragma: no cover - older typer on top of click
+    from click import exceptions as _click_exceptions
+ClickException = _click_exceptions.ClickException
+# click >= 8.2 raises this for a bare `attnprof`; older versions print the help themselves
+NoArgsIsHelpError = getattr(_click_exceptions, "NoArgsIsHelpError", type("NoArgsIsHelpError", (Exception,), {}))
 
 from attnprof.profiler.plan import PlanError
 from attnprof.profiler.units import fmt_bytes, fmt_flops, parse_bytes
@@ -42,11 +45,6 @@ def user_errors() -> tuple:
         except (ImportError, AttributeError):
             pass
     return tuple(found)
-
-
-def fail(message: str) -> None:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(2)
 
 
 # --- shared flags -----------------------------------------------------------------------
@@ -76,9 +74,14 @@ def build_scenario(scenario: Optional[str], *, variant, mode, scope, batch, head
     lengths = tuple(seq_len) if seq_len else (() if (min_len or max_len) else None)
     modes = tuple(m for item in (mode or []) for m in item.split(",") if m.strip()) or None
     variants = tuple(variant) if variant else None
-    sc = sc.override(variants=variants, modes=modes, scope=scope, batch=batch, heads=heads, d_model=d_model,
+    overrides = dict(variants=variants, modes=modes, scope=scope, batch=batch, heads=heads, d_model=d_model,
                      layers=layers, dtype=dtype, seq_lens=lengths, min_len=min_len, max_len=max_len,
                      tokens_per_batch=tokens_per_batch, forward_only=forward_only or None, ff_chunks=ff_chunks, **extra)
+    changed = {k: v for k, v in overrides.items() if v is not None and v != getattr(sc, k)}
+    sc = sc.override(**overrides)
+    if changed:  # the file's description no longer tells the whole story
+        told = ", ".join(f"{k}={list(v) if isinstance(v, tuple) else v}" for k, v in changed.items())
+        sc = sc.override(description=f"{sc.description} [overridden: {told}]".strip())
     if sc.min_len > sc.max_len and not sc.seq_lens:
         raise UsageProblem(f"--min-len {sc.min_len} is above --max-len {sc.max_len}")
     from attnprof.profiler.plan import modes_of, shape_at, variant_specs
@@ -164,7 +167,8 @@ def predict(
                         min_len=min_len, max_len=max_len, tokens_per_batch=tokens_per_batch,
                         forward_only=forward_only, ff_chunks=ff_chunks)
     if budget_bytes is not None:
-        rows = longest_fitting(sc, budget_bytes, start=min_len or 256, limit=max_len)
+        start = 1 << max(0, (min_len or 256) - 1).bit_length()  # the first power of two >= --min-len
+        rows = longest_fitting(sc, budget_bytes, start=start, limit=max_len)
     else:
         rows = predict_points(sc)
     if as_json:
@@ -238,9 +242,9 @@ def sweep(
     from attnprof.profiler.records import load_run
 
     typer.echo(summary_table(load_run(out)))
-    typer.echo(f"wall {summary.wall_s:.1f} s for {len(summary.records)} new points "
-               f"({summary.compute_s:.1f} s inside the points, overhead x{summary.wall_s / max(summary.compute_s, 1e-9):.2f}); "
-               f"{summary.kept} kept from before")
+    typer.echo(f"wall {summary.wall_s:.1f} s for {len(summary.records)} new points, {summary.kept} kept from before; "
+               f"{summary.compute_s:.1f} s inside the points' processes (x{summary.wall_s / max(summary.compute_s, 1e-9):.2f}), "
+               f"{summary.timed_s:.1f} s of timed forward/backward passes (x{summary.wall_s / max(summary.timed_s, 1e-9):.2f})")
     if summary.interrupted:
         typer.echo(f"interrupted: every finished point is in {out}/results.jsonl; "
                    f"complete it with: attnprof sweep ... --out {out} --resume", err=True)
@@ -266,10 +270,10 @@ def _capacity_for_report(sc: Scenario, out: Path) -> None:
     typer.echo(f"  {len(entries)} predictions in {time.perf_counter() - started:.1f} s", err=True)
 
 
-def _render(run_dir: Path, output: Optional[Path], baseline: Optional[Path]) -> None:
+def _render(run_dir: Path, output: Optional[Path], baseline: Optional[Path], seconds: float = 7.0) -> None:
     from attnprof.reports.render import render_report
 
-    path = render_report(run_dir, output, baseline)
+    path = render_report(run_dir, output, baseline, seconds=seconds)
     typer.echo(f"report: {path}")
 
 
@@ -278,9 +282,12 @@ def report(
     run_dir: Path = typer.Argument(..., help="a sweep's run folder"),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="HTML path (default RUN_DIR/report.html)"),
     baseline: Optional[Path] = typer.Option(None, "--baseline", help="another run folder to compare against"),
+    seconds: float = typer.Option(7.0, "--seconds", help="time for capacity predictions the run lacks; 0 = none"),
 ):
     """Render a self-contained HTML report with PNG charts from a run folder."""
-    _render(run_dir, output, baseline)
+    if seconds < 0:
+        raise UsageProblem(f"--seconds must not be negative, got {seconds}")
+    _render(run_dir, output, baseline, seconds)
 
 
 @app.command()
@@ -288,7 +295,7 @@ def gate(
     run_dir: Optional[Path] = typer.Argument(None, help="a sweep's run folder"),
     baseline: Path = typer.Option(..., "--baseline", help="committed baseline JSON"),
     tolerance: str = typer.Option("2%", "--tolerance", help="relative tolerance, e.g. 2%"),
-    abs_tolerance: str = typer.Option("1MiB", "--abs-tolerance", help="absolute tolerance, e.g. 1MiB"),
+    abs_tolerance: str = typer.Option("64KiB", "--abs-tolerance", help="absolute tolerance floor, e.g. 64KiB, 1MiB or 0"),
     allow_missing: bool = typer.Option(False, "--allow-missing", help="points missing on either side are not errors"),
     markdown: Optional[Path] = typer.Option(None, "--markdown", help="write a Markdown summary here"),
     json_out: Optional[Path] = typer.Option(None, "--json", help="write the comparison as JSON here"),
@@ -297,17 +304,12 @@ def gate(
 ):
     """Fail (exit 1) when any point's deterministic memory grew beyond tolerance; exit 2 when not comparable."""
     from attnprof.profiler.gate import run_gate
-    from attnprof.profiler.units import parse_percent
 
-    try:
-        tol, abs_tol = parse_percent(tolerance), parse_bytes(abs_tolerance)
-    except ValueError as exc:
-        raise UsageProblem(str(exc)) from None
     if run is not None:
         run_dir = _gate_run(run, run_dir)
     if run_dir is None:
         raise UsageProblem("give RUN_DIR or --run SCENARIO")
-    code = run_gate(baseline, run_dir, tolerance_pct=tol, abs_tolerance_bytes=abs_tol, allow_missing=allow_missing,
+    code = run_gate(baseline, run_dir, tolerance_pct=tolerance, abs_tolerance_bytes=abs_tolerance, allow_missing=allow_missing,
                     markdown_file=markdown, json_file=json_out, update=update, out=_echo_routed)
     raise typer.Exit(code)
 

@@ -3,7 +3,8 @@
     python benchmarks/variants.py --seq-len 4096 --d-model 256 --heads 4 --repeats 5
 
 Prints one line per variant: median and IQR of forward+backward wall time (ms), and
-the exact tensor peak of the same step. Uses torch.utils.benchmark for the timing.
+the predicted tensor peak of the same step (fake tensors; equal to the
+exact CPU tracker's figure, see tests/profiler/test_predict.py). Uses torch.utils.benchmark for the timing.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def main() -> None:
     args = parser.parse_args()
     shape = Shape(batch=args.batch, seq_len=args.seq_len, d_model=args.d_model, heads=args.heads, layers=1)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {shape}")
-    print(f"{'variant':<16}{'fwd+bwd median ms':>18}{'IQR ms':>10}{'peak':>14}")
+    print(f"{'variant':<16}{'fwd+bwd median ms':>18}{'IQR ms':>10}{'predicted peak':>16}")
     for name in variant_names():
         point = Point(name, "plain" if args.scope == "model" else "none", args.scope, shape)
         torch.manual_seed(0)
@@ -50,7 +51,7 @@ def main() -> None:
         median = samples[len(samples) // 2]
         iqr = samples[(3 * len(samples)) // 4] - samples[len(samples) // 4]
         peak = predict(point, count_flops=False).peak_bytes
-        print(f"{name:<16}{median:>18.1f}{iqr:>10.1f}{fmt_bytes(peak):>14}")
+        print(f"{name:<16}{median:>18.1f}{iqr:>10.1f}{fmt_bytes(peak):>16}")
         del work
 
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from pathlib import Path
 from typing import Callable, Optional
 
+from attnprof.profiler import units
 from attnprof.profiler.gate_baseline import (FORMAT, VERSION, GateError, Snapshot, point_label, read_baseline,
                                              read_run, update_baseline)
-from attnprof.profiler.gate_compare import MiB, Comparison, GateResult, compare
+from attnprof.profiler.gate_compare import DEFAULT_ABS_TOLERANCE, MiB, Comparison, GateResult, compare
 from attnprof.profiler.gate_format import (error_to_json, format_error_markdown, format_markdown, format_table,
                                            result_to_json)
 
@@ -26,23 +26,22 @@ __all__ = ["FORMAT", "VERSION", "MiB", "Comparison", "GateError", "GateResult", 
            "read_run", "result_to_json", "run_gate", "update_baseline"]
 
 SUMMARY_ENV = "GITHUB_STEP_SUMMARY"  # GitHub Actions renders Markdown appended to this file
-_UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "kb": 10**3, "mb": 10**6, "gb": 10**9}
 
 
 def parse_tolerance(text: str | float) -> float:
     """'2%', '2' or 2.0 -> 2.0 (percent)."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*%?\s*", str(text))
-    if not match:
-        raise GateError(f"--tolerance must be a percentage like 2% or 0.5, got {text!r}")
-    return float(match.group(1))
+    try:
+        return units.parse_percent(text)
+    except ValueError:
+        raise GateError(f"--tolerance must be a percentage like 2% or 0.5, got {text!r}") from None
 
 
 def parse_bytes(text: str | int) -> int:
-    """'1MiB', '512 KiB', '1048576' -> bytes. KB/MB/GB are decimal, KiB/MiB/GiB binary."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*([a-zA-Z]*)\s*", str(text))
-    if not match or match.group(2).lower() not in _UNITS:
-        raise GateError(f"--abs-tolerance must be a size like 1MiB, 512KiB or 1048576, got {text!r}")
-    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+    """'1MiB', '512 KiB', '0', '1048576' -> bytes. KB/MB/GB are decimal, KiB/MiB/GiB binary."""
+    try:
+        return units.parse_bytes(text, allow_zero=True)
+    except ValueError:
+        raise GateError(f"--abs-tolerance must be a size like 64KiB, 1MiB or 0, got {text!r}") from None
 
 
 def _write(path: str | Path, text: str, append: bool = False, what: str = "output") -> None:
@@ -68,7 +67,7 @@ def _write_json(doc: dict, json_file: Optional[str | Path]) -> None:
 
 
 def run_gate(baseline: str | Path, run_dir: str | Path, tolerance_pct: float | str = 2.0,
-             abs_tolerance_bytes: int | str = MiB, allow_missing: bool = False,
+             abs_tolerance_bytes: int | str = DEFAULT_ABS_TOLERANCE, allow_missing: bool = False,
              markdown_file: Optional[str | Path] = None, json_file: Optional[str | Path] = None,
              update: bool = False, out: Callable[[str], object] = print) -> int:
     """What ``attnprof gate`` does; returns the exit code (0 pass, 1 regression, 2 error).

@@ -17,6 +17,9 @@ from attnprof.profiler.gate_baseline import (IDENTITY_FIELDS, GateError, Snapsho
 from attnprof.scenarios.shape import DTYPE_ALIASES
 
 MiB = 1 << 20
+# The figures compared are exact, so the floor is small: it only absorbs alignment-sized
+# wobbles, while 10% of the smallest `ci` point (1.5 MiB) is still caught.
+DEFAULT_ABS_TOLERANCE = 64 << 10
 EXACT_METHODS = ("tensor-tracker", "cuda-allocator")  # measured_by values that may gate
 # Scenario fields that change what a point's figures mean. Not compared: lengths, variants
 # and modes (they decide which points exist: see missing points), timing settings, paths.
@@ -155,7 +158,7 @@ def _missing_message(missing: list, new: list, run: str) -> str:
 
 
 def compare(baseline: str | Path | Snapshot, run_dir: str | Path, tolerance_pct: float = 2.0,
-            abs_tolerance_bytes: int = MiB, allow_missing: bool = False) -> GateResult:
+            abs_tolerance_bytes: int = DEFAULT_ABS_TOLERANCE, allow_missing: bool = False) -> GateResult:
     """Compare a run folder with a baseline. Raises GateError when they are not comparable.
 
     A figure regresses when current > baseline + max(baseline * tolerance_pct / 100,

@@ -76,10 +76,14 @@ def write_manifest(out_dir: Path, scenario: Scenario, settings) -> dict:
     return manifest
 
 
-def check_resumable(out_dir: Path, scenario: Scenario) -> None:
+def check_resumable(out_dir: Path, scenario: Scenario, device: str) -> None:
     from attnprof.profiler.sweep import SweepError
 
-    previous = read_manifest(out_dir).get("scenario")
+    manifest = read_manifest(out_dir)
+    before = manifest.get("settings", {}).get("device")
+    if before and before != device:
+        raise SweepError(f"cannot resume {out_dir} on {device}: it was measured on {before}")
+    previous = manifest.get("scenario")
     if previous is None:
         return
     now = scenario.to_dict()

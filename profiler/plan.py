@@ -61,7 +61,11 @@ def shape_problem(point: Point) -> str | None:
 
     s = point.shape
     try:
-        parse_variant(point.variant).check_shape(s.seq_len, s.heads, s.head_dim)
+        spec = parse_variant(point.variant)
+        spec.check_shape(s.seq_len, s.heads, s.head_dim)
     except VariantError as exc:
         return str(exc)
+    if point.scope == "attention" and spec.cls.layer_period(spec.cls.resolve_options(spec.options)) > 1:
+        return (f"{point.variant} alternates its pattern across blocks; scope attention has one block "
+                f"and would measure only the first pattern: use scope model")
     return None

@@ -77,9 +77,9 @@ class PointRunner:
         finally:
             receive.close()
         proc.join(timeout=10)
+        self.kill()  # a child that sent its result but lingers must not hold memory into the next point
         if data is not None:
             return data
-        self.kill()
         code = proc.exitcode
         if code is not None and code < 0:
             name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
@@ -116,7 +116,13 @@ def _skipped(point: Point, settings: SweepSettings, reason: str, status: str = "
     record = PointRecord(**point.identity(), status=status, reason=reason, device=settings.device,
                          device_name=settings.device_name)
     if not shape_problem(point):
-        acc = predict(point)
+        try:
+            acc = predict(point)
+        except Exception as exc:  # noqa: BLE001 - e.g. a plug-in that breaks under fake tensors
+            from attnprof.profiler.worker import one_line
+
+            record.reason += f"; no prediction either: {one_line(exc)}"
+            return record
         record.predicted_peak_bytes, record.predicted_breakdown_bytes = acc.peak_bytes, acc.breakdown_bytes
         record.flops_fwd, record.flops_bwd = acc.flops_fwd, acc.flops_bwd
     return record
@@ -132,7 +138,14 @@ class SweepSummary:
 
     @property
     def compute_s(self) -> float:
+        """Time spent inside the points' processes (prediction, memory pass, timing)."""
         return sum(r.get("point_wall_s") or 0.0 for r in self.records)
+
+    @property
+    def timed_s(self) -> float:
+        """Only the timed forward and backward passes themselves."""
+        return sum(sum(r.get("time_fwd_samples_ms") or []) + sum(r.get("time_bwd_samples_ms") or [])
+                   for r in self.records) / 1e3
 
 
 def run_sweep(scenario: Scenario, out_dir: Path, settings: SweepSettings, *, resume: bool = False,
@@ -143,9 +156,12 @@ def run_sweep(scenario: Scenario, out_dir: Path, settings: SweepSettings, *, res
     if existing and not resume:
         raise SweepError(f"{out_dir} already holds results; pass --resume to complete it, or choose another --out")
     if resume and existing:
-        check_resumable(out_dir, scenario)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    write_manifest(out_dir, scenario, settings)
+        check_resumable(out_dir, scenario, settings.device)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        write_manifest(out_dir, scenario, settings)
+    except OSError as exc:
+        raise SweepError(f"cannot write the run folder {out_dir}: {exc.strerror or exc}") from None
     done = {key_of_record(r): r for r in existing}
     total = sum(len(s) for s in plan)
     summary = SweepSummary(out_dir, kept=sum(1 for s in plan for p in s if p.key() in done))

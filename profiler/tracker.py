@@ -58,6 +58,7 @@ class MemoryTracker(TorchDispatchMode):
         self.current_bytes = 0
         self.peak_bytes = 0
         self._peak: list[tuple[int, int]] = []  # (serial, nbytes) live at the peak
+        self._at_peak = False  # the live set is the peak's, not yet copied
         self._hooks = None
 
     # --- storage bookkeeping ---------------------------------------------------------
@@ -78,11 +79,20 @@ class MemoryTracker(TorchDispatchMode):
         weakref.finalize(storage, self._free, key, self._serial)
         if self.current_bytes > self.peak_bytes:
             self.peak_bytes = self.current_bytes
+            self._at_peak = True
+
+    def _snapshot_if_at_peak(self) -> None:
+        """Between a new peak and the next free only allocations happen, and each of them
+        is a new peak; so the live set at the first free after a peak *is* the live set
+        at the peak. Copying it then, not at every allocation, avoids quadratic cost."""
+        if self._at_peak:
             self._peak = list(self._live.values())
+            self._at_peak = False
 
     def _free(self, key: int, serial: int) -> None:
         entry = self._live.get(key)
         if entry is not None and entry[0] == serial:
+            self._snapshot_if_at_peak()
             del self._live[key]
             self.current_bytes -= entry[1]
 
@@ -100,7 +110,7 @@ class MemoryTracker(TorchDispatchMode):
 
     def reset_peak(self) -> None:
         self.peak_bytes = self.current_bytes
-        self._peak = list(self._live.values())
+        self._at_peak = True
 
     # --- dispatch ----------------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -135,6 +145,7 @@ class MemoryTracker(TorchDispatchMode):
         return kind
 
     def breakdown_at_peak(self) -> dict:
+        self._snapshot_if_at_peak()
         out = {c: 0 for c in CATEGORIES}
         for serial, nbytes in self._peak:
             out[self._category(serial)] += nbytes
@@ -142,6 +153,7 @@ class MemoryTracker(TorchDispatchMode):
 
     def largest_at_peak(self, count: int = 5) -> list[dict]:
         """The biggest storages live at the peak: which op made them, and their shape."""
+        self._snapshot_if_at_peak()
         biggest = sorted(self._peak, key=lambda e: e[1], reverse=True)[:count]
         out = []
         for serial, nbytes in biggest:

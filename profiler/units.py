@@ -13,14 +13,14 @@ _UNITS = {
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*$")
 
 
-def parse_bytes(text: str) -> int:
+def parse_bytes(text: str | int, allow_zero: bool = False) -> int:
     """'80GiB' -> 85899345920; '1.5 GB' -> 1500000000; bare numbers are bytes."""
     match = _SIZE.match(str(text))
     unit = match and match[2].lower()
     if not match or unit not in _UNITS:
         raise ValueError(f"cannot parse size {text!r}; use e.g. 80GiB, 512MiB, 16GB or a byte count")
     value = float(match[1]) * _UNITS[unit]
-    if value <= 0:
+    if value < 0 or (value == 0 and not allow_zero):
         raise ValueError(f"size {text!r} must be positive")
     return int(value)
 

@@ -56,7 +56,8 @@ class Workload:
             else:
                 self.inputs = [q, k, v]
             self._run = lambda: self.module.core(q, k, v)
-        self.params = list(self.module.parameters())
+        # scope attention counts only what the core uses: not the unused projections
+        self.params = list(self.module.parameters() if point.scope == "model" else self.module.core_parameters())
 
     def forward(self) -> torch.Tensor:
         """The forward pass; returns the scalar loss (with no_grad when forward_only)."""

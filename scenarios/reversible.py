@@ -11,6 +11,8 @@ global RNG stream is left untouched.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch import nn
 
@@ -24,14 +26,14 @@ class ReplayRNG:
         self.cuda_state = torch.cuda.get_rng_state(device) if self.cuda else None
         self.device = device
 
+    @contextlib.contextmanager
     def replay(self):
-        devices = [self.device] if self.cuda else []
-        fork = torch.random.fork_rng(devices=devices, enabled=True)
-        fork.__enter__()
-        torch.set_rng_state(self.cpu_state)
-        if self.cuda:
-            torch.cuda.set_rng_state(self.cuda_state, self.device)
-        return fork
+        """Inside: the RNG as it was at record time. After: the caller's stream, untouched."""
+        with torch.random.fork_rng(devices=[self.device] if self.cuda else [], enabled=True):
+            torch.set_rng_state(self.cpu_state)
+            if self.cuda:
+                torch.cuda.set_rng_state(self.cuda_state, self.device)
+            yield
 
 
 class _ReversibleStack(torch.autograd.Function):
@@ -55,11 +57,8 @@ class _ReversibleStack(torch.autograd.Function):
         for block, (f_rng, g_rng) in zip(reversed(ctx.blocks), reversed(ctx.rng)):
             with torch.enable_grad():
                 y1 = y1.detach().requires_grad_()
-                fork = g_rng.replay()
-                try:
+                with g_rng.replay():
                     g_y1 = block.g(y1)
-                finally:
-                    fork.__exit__(None, None, None)
                 torch.autograd.backward(g_y1, dy2)  # params of G get their grads here
             with torch.no_grad():
                 x2 = y2 - g_y1
@@ -67,11 +66,8 @@ class _ReversibleStack(torch.autograd.Function):
                 del g_y1, y2
             with torch.enable_grad():
                 x2 = x2.detach().requires_grad_()
-                fork = f_rng.replay()
-                try:
+                with f_rng.replay():
                     f_x2 = block.f(x2)
-                finally:
-                    fork.__exit__(None, None, None)
                 torch.autograd.backward(f_x2, dx1)
             with torch.no_grad():
                 x1 = y1 - f_x2

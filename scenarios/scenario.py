@@ -40,10 +40,34 @@ class Scenario:
     point_timeout_s: float = 300.0
     source: str = ""  # the file it came from
 
+    def __post_init__(self):
+        """Every value checked once, whether it came from a file, a flag or code."""
+        def need(ok: bool, text: str) -> None:
+            if not ok:
+                raise ScenarioError(f"scenario {self.name}: {text}")
+
+        def positive_int(v) -> bool:
+            return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+        for key in ("min_len", "max_len", "batch", "d_model", "heads", "layers", "ff_chunks", "repeats"):
+            need(positive_int(getattr(self, key)), f"{key} must be a positive integer, got {getattr(self, key)!r}")
+        need(all(positive_int(n) for n in self.seq_lens), f"seq_lens must be positive integers, got {list(self.seq_lens)}")
+        need(isinstance(self.warmup, int) and self.warmup >= 0, f"warmup must be >= 0, got {self.warmup!r}")
+        need(isinstance(self.point_timeout_s, (int, float)) and self.point_timeout_s > 0,
+             f"point_timeout_s must be positive, got {self.point_timeout_s!r}")
+        need(isinstance(self.tokens_per_batch, int) and self.tokens_per_batch >= 0,
+             f"tokens_per_batch must be >= 0, got {self.tokens_per_batch!r}")
+        if self.tokens_per_batch:
+            longest = max(self.lengths() or [0])
+            need(self.tokens_per_batch >= longest,
+                 f"tokens_per_batch {self.tokens_per_batch} is below the longest length {longest}: batch would be 0")
+        need(all(isinstance(v, str) for v in self.variants), "variants must be strings like \"lsh[n_hashes=4]\"")
+        need(all(isinstance(m, str) for m in self.modes), "modes must be strings")
+
     def lengths(self) -> list[int]:
         if self.seq_lens:
             return sorted(set(int(n) for n in self.seq_lens))
-        out, n = [], self.min_len
+        out, n = [], max(1, self.min_len)
         while n <= self.max_len:
             out.append(n)
             n *= 2

@@ -82,3 +82,11 @@ def test_bad_input_is_one_line_and_exit_2(args, message):
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
     assert message in lines[0]
     assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_tokens_per_batch_sets_batch_from_the_length():
+    result = runner.invoke(app, ["predict", "--variant", "sdpa", "--mode", "plain", "--min-len", "1024",
+                                 "--max-len", "4096", "--d-model", "64", "--heads", "4", "--tokens-per-batch", "8192",
+                                 "--json"])
+    assert result.exit_code == 0, result.output
+    assert {r["seq_len"]: r["batch"] for r in json.loads(result.output)} == {1024: 8, 2048: 4, 4096: 2}

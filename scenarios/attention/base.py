@@ -40,18 +40,23 @@ class Option:
                 else:
                     value = self.type(text)
             except ValueError:
-                raise VariantError(f"option {name}={raw!r} is not a {self.type.__name__}") from None
+                raise VariantError(f"option {name}={raw!r} is not {_a(self.type)}") from None
         else:
             value = raw
             if self.type is float and isinstance(value, int) and not isinstance(value, bool):
                 value = float(value)
             if not isinstance(value, self.type) or (self.type is int and isinstance(value, bool)):
-                raise VariantError(f"option {name}={raw!r} is not a {self.type.__name__}")
+                raise VariantError(f"option {name}={raw!r} is not {_a(self.type)}")
         if self.check is not None:
             problem = self.check(value)
             if problem:
                 raise VariantError(f"option {name}={value!r}: {problem}")
         return value
+
+
+def _a(kind: type) -> str:
+    name = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string"}
+    return name.get(kind.__name__, f"a {kind.__name__}")
 
 
 def positive(value) -> Optional[str]:
@@ -102,7 +107,11 @@ class Attention(nn.Module):
             raise VariantError(
                 f"{cls.name or cls.__name__} has no option {unknown[0]!r}; valid options: {cls.options_help()}"
             )
-        return {key: (opt.coerce(key, given[key]) if key in given else opt.default) for key, opt in cls.OPTIONS.items()}
+        try:
+            return {key: (opt.coerce(key, given[key]) if key in given else opt.default)
+                    for key, opt in cls.OPTIONS.items()}
+        except VariantError as exc:
+            raise VariantError(f"{cls.name or cls.__name__}: {exc}; valid options: {cls.options_help()}") from None
 
     @classmethod
     def options_help(cls) -> str:
@@ -118,6 +127,12 @@ class Attention(nn.Module):
         behaviour depends on ``layer_index``): the predictor extrapolates over depth in
         steps of this many layers."""
         return 1
+
+    def core_parameters(self) -> list:
+        """The parameters ``core`` itself uses (talking heads' mixing matrices); not the
+        projections, which scope ``attention`` leaves out."""
+        projections = {id(p) for m in (self.to_in, self.to_out) for p in m.parameters()}
+        return [p for p in self.parameters() if id(p) not in projections]
 
     # --- the module -------------------------------------------------------------------
     def split_heads(self, t: torch.Tensor) -> torch.Tensor:

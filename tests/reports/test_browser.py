@@ -56,9 +56,17 @@ def console_lines(stderr: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory) -> Path:
+    """A small *real* run (every variant, two modes, two lengths), rendered against a
+    baseline run folder that includes a plug-in name made of markup."""
+    from attnprof.profiler.sweep import SweepSettings, run_sweep
+    from attnprof.scenarios.scenario import Scenario
+
+    small = Scenario(name="browser", modes=("plain", "reversible"), min_len=128, max_len=256, d_model=32, heads=2,
+                     layers=2, repeats=1, warmup=0)
+    run = tmp_path_factory.mktemp("browser") / "run"
+    run_sweep(small, run, SweepSettings(device="cpu", repeats=1, warmup=0, test_hook=""), show_progress=False)
     records = list(ci_records()) + [synthetic_record("<script>alert(1)</script>", "plain", n) for n in (256, 512)]
-    base = write_run(tmp_path_factory.mktemp("base") / "run", ci_records())
-    run = write_run(tmp_path_factory.mktemp("browser") / "run", records)
+    base = write_run(tmp_path_factory.mktemp("base") / "run", records)
     return render_report(run, baseline=base, seconds=0)
 
 

@@ -3,10 +3,9 @@ exactly this (same record API, same manifest layout)."""
 
 import pytest
 
+from attnprof.profiler import sweep
 from attnprof.reports.render import render_report
 from attnprof.scenarios.scenario import Scenario
-
-sweep = pytest.importorskip("attnprof.profiler.sweep", reason="attnprof.profiler.sweep is not available")
 
 SMALL = Scenario(name="small", variants=("sdpa", "lsh[n_hashes=2]"), modes=("plain", "checkpoint"), min_len=64,
                  max_len=128, d_model=32, heads=2, layers=1, repeats=1, warmup=0)
