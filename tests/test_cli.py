@@ -67,7 +67,7 @@ def test_budget_reports_the_longest_fitting_power_of_two():
     (["predict", "--dtype", "int7"], "unknown dtype"),
     (["predict", "--budget", "lots"], "cannot parse size"),
     (["predict", "--seq-len", "abc"], "seq-len"),
-    (["predict", "--variant", "lsh[n_hashes=x]"], "not a int"),
+    (["predict", "--variant", "lsh[n_hashes=x]"], "not an integer; valid options"),
     (["predict", "--variant", "lsh[colour=red]"], "valid options"),
     (["predict", "--variant", "lsh[bucket_size=48]", "--seq-len", "1024"], "bucket_size"),
     (["sweep", "--scenario", "no-such-scenario"], "unknown scenario"),
