@@ -1,6 +1,6 @@
 """Forward+backward time of each variant's module at one length (a benchmark, not a test).
 
-    python benchmarks/variants.py --seq-len 4096 --d-model 256 --heads 4 --repeats 5
+    python scripts/bench_variants.py --seq-len 4096 --d-model 256 --heads 4 --repeats 5
 
 Prints one line per variant: median and IQR of forward+backward wall time (ms), and
 the predicted tensor peak of the same step (fake tensors; equal to the
