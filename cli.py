@@ -21,7 +21,7 @@ ClickException = _click_exceptions.ClickException
 NoArgsIsHelpError = getattr(_click_exceptions, "NoArgsIsHelpError", type("NoArgsIsHelpError", (Exception,), {}))
 
 from attnprof.profiler.plan import PlanError
-from attnprof.profiler.units import fmt_bytes, fmt_flops, parse_bytes
+from attnprof.profiler.units import fmt_bytes, parse_bytes
 from attnprof.scenarios.attention.base import VariantError
 from attnprof.scenarios.scenario import Scenario, ScenarioError, load_scenario
 from attnprof.scenarios.shape import ShapeError, canonical_dtype
@@ -261,11 +261,11 @@ def _capacity_for_report(sc: Scenario, out: Path) -> None:
     import time
 
     from attnprof.profiler.predicting import capacity_predictions
-    from attnprof.reports.capacity import add_predictions
+    from attnprof.reports.capacity import BUDGETS_GIB, add_predictions
 
     started = time.perf_counter()
     typer.echo("predicting the longest length that fits 16-141 GiB for the report (fake tensors) ...", err=True)
-    entries = capacity_predictions(sc)
+    entries = capacity_predictions(sc, tuple(BUDGETS_GIB))
     add_predictions(out, entries)
     typer.echo(f"  {len(entries)} predictions in {time.perf_counter() - started:.1f} s", err=True)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from attnprof.scenarios.shape import Shape
@@ -31,6 +32,10 @@ class Point:
         s = self.shape
         return (self.variant, self.mode, self.scope, s.seq_len, s.batch, s.d_model, s.heads,
                 s.layers, s.dtype, s.ff_mult, s.ff_chunks, self.forward_only)
+
+    def key_text(self) -> str:
+        """key() as a string: the key of the report's prediction cache."""
+        return json.dumps(self.key())
 
     def identity(self) -> dict:
         """The identity fields of a result record (flat; units in names)."""

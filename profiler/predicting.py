@@ -112,15 +112,12 @@ def format_table(rows: list[dict], budget_bytes: int | None = None) -> str:
     return "\n".join([title, *text])
 
 
-BUDGETS_GIB = (16, 24, 40, 80, 141)  # the report's budgets: common GPU memory sizes
-
-
-def capacity_predictions(scenario: Scenario, budgets_gib=BUDGETS_GIB, start: int = 16,
+def capacity_predictions(scenario: Scenario, budgets_gib, start: int = 16,
                          limit: int = LONGEST_SEARCHED) -> dict[str, int]:
     """Predicted peaks at exactly the lengths that decide, for each series and budget,
     the longest power of two that fits (binary search; memory grows with length).
 
-    Returns ``json.dumps(point.key()) -> predicted bytes``: the cache the report's
+    Returns ``point.key_text() -> predicted bytes``: the cache the report's
     capacity table reads, so its figures are predictions, never extrapolations.
     Series run in parallel over the CPU's cores.
     """
@@ -136,8 +133,6 @@ def capacity_predictions(scenario: Scenario, budgets_gib=BUDGETS_GIB, start: int
 
 
 def _series_capacity(job) -> dict[str, int]:
-    import json
-
     scenario, template, budgets_gib, start, limit = job
     lengths = [start << i for i in range(64) if start << i <= limit]
     known: dict[int, int | None] = {}
@@ -163,5 +158,5 @@ def _series_capacity(job) -> dict[str, int]:
     for n, value in known.items():
         if value is not None:
             point = Point(template.variant, template.mode, template.scope, shape_at(scenario, n), template.forward_only)
-            out[json.dumps(point.key())] = value
+            out[point.key_text()] = value
     return out

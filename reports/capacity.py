@@ -168,7 +168,7 @@ def _predict(curve: Curve, n: int, predictor: Predictor, cache: dict) -> int:
     """Predict one length into the curve (and the cache); 1 if predict() ran."""
     try:
         point = curve.make_point(n)
-        key = json.dumps(point.key())
+        key = point.key_text()
         if key not in cache:
             cache[key] = int(predictor(point))
             curve.known[n] = cache[key]
@@ -195,7 +195,7 @@ def _curve(rows: pd.DataFrame, cache: dict) -> Curve:
             curve.known[int(n)] = float(value)
     for n in range(MIN_EXP, MAX_EXP + 1):  # earlier renders' predictions
         try:
-            value = cache.get(json.dumps(make_point(1 << n).key()))
+            value = cache.get(make_point(1 << n).key_text())
         except ValueError:  # a shape that cannot exist (cannot happen for sane runs)
             value = None
         if value is not None:

@@ -7,7 +7,7 @@ Built-in files live in ``scenarios/presets/``; ``--scenario NAME`` finds them th
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 PRESETS = Path(__file__).parent / "presets"
