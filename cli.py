@@ -20,11 +20,11 @@ ClickException = _click_exceptions.ClickException
 # click >= 8.2 raises this for a bare `attnprof`; older versions print the help themselves
 NoArgsIsHelpError = getattr(_click_exceptions, "NoArgsIsHelpError", type("NoArgsIsHelpError", (Exception,), {}))
 
-from attnprof.profiler.plan import PlanError
+from attnprof.profiler.runner.plan import PlanError
 from attnprof.profiler.units import fmt_bytes, parse_bytes
-from attnprof.scenarios.attention.base import VariantError
+from attnprof.scenarios.variants.base import VariantError
 from attnprof.scenarios.scenario import Scenario, ScenarioError, load_scenario
-from attnprof.scenarios.shape import ShapeError, canonical_dtype
+from attnprof.profiler.records import ShapeError, canonical_dtype
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_is_help=True,
                   help="attnprof: peak memory and time of attention variants, forward and backward, up to 64K tokens.")
@@ -39,7 +39,7 @@ def user_errors() -> tuple:
 
     found = [VariantError, ShapeError, ScenarioError, PlanError, UsageProblem]
     for module, name in (("attnprof.profiler.gate", "GateError"), ("attnprof.reports.render", "ReportError"),
-                         ("attnprof.profiler.sweep", "SweepError")):
+                         ("attnprof.profiler.runner.sweep", "SweepError")):
         try:
             found.append(getattr(importlib.import_module(module), name))
         except (ImportError, AttributeError):
@@ -84,7 +84,7 @@ def build_scenario(scenario: Optional[str], *, variant, mode, scope, batch, head
         sc = sc.override(description=f"{sc.description} [overridden: {told}]".strip())
     if sc.min_len > sc.max_len and not sc.seq_lens:
         raise UsageProblem(f"--min-len {sc.min_len} is above --max-len {sc.max_len}")
-    from attnprof.profiler.plan import modes_of, shape_at, variant_specs
+    from attnprof.profiler.runner.plan import modes_of, shape_at, variant_specs
 
     shape_at(sc, sc.lengths()[0] if sc.lengths() else 1)  # validates d_model/heads/dtype
     modes_of(sc)
@@ -111,7 +111,7 @@ def _runs_somewhere(spec, sc: Scenario) -> None:
 @app.command()
 def variants():
     """List the registered attention variants, with their options and papers."""
-    from attnprof.scenarios.registry import get_variant, variant_names
+    from attnprof.scenarios.variants.registry import get_variant, variant_names
 
     for name in variant_names():
         cls = get_variant(name)
@@ -153,7 +153,7 @@ def predict(
     as_json: bool = typer.Option(False, "--json", help="print a JSON array of records"),
 ):
     """Predict peak memory and FLOPs without allocating (fake tensors, any machine)."""
-    from attnprof.profiler.predicting import predict_points, longest_fitting
+    from attnprof.profiler.runner.predict import predict_points, longest_fitting
 
     budget_bytes = None
     if budget is not None:
@@ -174,7 +174,7 @@ def predict(
     if as_json:
         typer.echo(json.dumps(rows, indent=1))
     else:
-        from attnprof.profiler.predicting import format_table
+        from attnprof.profiler.runner.predict import format_table
 
         typer.echo(format_table(rows, budget_bytes))
 
@@ -210,8 +210,8 @@ def sweep(
     """Measure every variant x mode x length, each point in its own process; writes results.jsonl and a report."""
     from datetime import datetime
 
-    from attnprof.profiler.summary import summary_table
-    from attnprof.profiler.sweep import SweepSettings, resolve_device, run_sweep
+    from attnprof.profiler.runner.summary import summary_table
+    from attnprof.profiler.runner.sweep import SweepSettings, resolve_device, run_sweep
 
     for name, value in (("--repeats", repeats), ("--point-timeout", point_timeout)):
         if value is not None and value <= 0:
@@ -231,7 +231,7 @@ def sweep(
         except ValueError as exc:
             raise UsageProblem(str(exc)) from None
     else:
-        from attnprof.profiler.gpu import default_memory_limit_bytes
+        from attnprof.profiler.measure.gpu import default_memory_limit_bytes
 
         limit = default_memory_limit_bytes(resolved)
     out = out or Path("runs") / f"sweep-{datetime.now():%Y%m%d-%H%M%S}"
@@ -239,7 +239,7 @@ def sweep(
                              point_timeout_s=sc.point_timeout_s)
     typer.echo(f"attnprof sweep: scenario {sc.name}, device {resolved}, memory limit {fmt_bytes(limit)}, out {out}", err=True)
     summary = run_sweep(sc, out, settings, resume=resume, show_progress=not quiet)
-    from attnprof.profiler.records import load_run
+    from attnprof.profiler.runner.storage import load_run
 
     typer.echo(summary_table(load_run(out)))
     typer.echo(f"wall {summary.wall_s:.1f} s for {len(summary.records)} new points, {summary.kept} kept from before; "
@@ -260,7 +260,7 @@ def _capacity_for_report(sc: Scenario, out: Path) -> None:
     none of its figures is an extrapolation (fake tensors; about a minute on 2 cores)."""
     import time
 
-    from attnprof.profiler.predicting import capacity_predictions
+    from attnprof.profiler.runner.predict import capacity_predictions
     from attnprof.reports.capacity import BUDGETS_GIB, add_predictions
 
     started = time.perf_counter()
@@ -322,7 +322,7 @@ def _echo_routed(line: str) -> None:
 def _gate_run(scenario_name: str, run_dir: Optional[Path]) -> Path:
     import tempfile
 
-    from attnprof.profiler.sweep import SweepSettings, run_sweep
+    from attnprof.profiler.runner.sweep import SweepSettings, run_sweep
 
     sc = load_scenario(scenario_name)
     out = run_dir or Path(tempfile.mkdtemp(prefix="attnprof-gate-"))

@@ -1,20 +1,150 @@
-"""One flat record per profiled point (units in the field names), and run-folder I/O.
+"""attnprof's data model, in one place: the shape, the point, the statuses and the record.
 
-A run folder holds ``results.jsonl`` (one record per line, appended and flushed as each
-point finishes) and ``manifest.json`` (configuration and environment).
+variant label -> ``Point`` (what is profiled: variant spec, mode, scope, ``Shape``) ->
+measurement -> ``PointRecord`` (one flat row, units in the field names) -> DataFrame.
+
+Identity fields are derived from the dataclass fields (as ``torch.utils.benchmark``
+derives a task spec's), so results, resume, reports and the gate agree on what "the
+same point" means without a second list. Nothing here imports torch.
 """
 
 from __future__ import annotations
 
 import json
-import os
-from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
+from dataclasses import asdict, dataclass, field, fields, replace
+from functools import cached_property
 from typing import Optional
 
+from attnprof.errors import UserError
+
+# --- the shape ----------------------------------------------------------------------------
+DTYPES = ("float32", "float64", "bfloat16", "float16")  # names of torch dtypes
+DTYPE_ALIASES = {"fp32": "float32", "fp64": "float64", "bf16": "bfloat16", "fp16": "float16", "half": "float16"}
+DTYPE_BYTES = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}
+
+
+class ShapeError(UserError):
+    """A shape that cannot be built."""
+
+
+def canonical_dtype(name: str) -> str:
+    name = DTYPE_ALIASES.get(name, name)
+    if name not in DTYPES:
+        raise ShapeError(f"unknown dtype {name!r}; choose one of {', '.join(DTYPES)}")
+    return name
+
+
+@dataclass(frozen=True)
+class Shape:
+    seq_len: int = 1024  # tokens per sequence (n)
+    batch: int = 1  # sequences per step
+    d_model: int = 256  # model width; head_dim = d_model // heads
+    heads: int = 4  # attention heads (h)
+    layers: int = 1  # transformer blocks (L); scope `attention` ignores it
+    dtype: str = "float32"  # one of DTYPES
+    ff_mult: int = 4  # d_ff = ff_mult * d_model (Vaswani 2017)
+    ff_chunks: int = 1  # >1: feed-forward applied in sequence chunks (Reformer §3)
+
+    def __post_init__(self):
+        object.__setattr__(self, "dtype", canonical_dtype(self.dtype))
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name != "dtype" and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+                raise ShapeError(f"{f.name} must be a positive integer, got {value!r}")
+        if self.d_model % self.heads:
+            raise ShapeError(f"d_model {self.d_model} is not divisible by heads {self.heads}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.heads
+
+    @property
+    def torch_dtype(self):
+        import torch
+
+        return getattr(torch, self.dtype)
+
+    @property
+    def tokens(self) -> int:
+        return self.batch * self.seq_len
+
+    def with_len(self, seq_len: int) -> "Shape":
+        return replace(self, seq_len=seq_len)
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "head_dim": self.head_dim}
+
+
+# --- the point ----------------------------------------------------------------------------
+MODES = ("plain", "checkpoint", "reversible")  # memory-saving modes of the stack (scope model)
+SCOPES = ("attention", "model")  # the core alone, or the stack of blocks
+NO_MODE = "none"  # the mode recorded at scope `attention`, where modes do not apply
+
+
+@dataclass(frozen=True)
+class Point:
+    variant: str  # a variant label, e.g. "lsh[n_hashes=8]"
+    mode: str  # one of MODES at scope "model"; NO_MODE at scope "attention"
+    scope: str  # one of SCOPES
+    shape: Shape
+    forward_only: bool = False
+
+    def __post_init__(self):
+        if self.scope not in SCOPES:
+            raise UserError(f"unknown scope {self.scope!r}; choose one of {', '.join(SCOPES)}")
+        if self.scope == "attention":
+            object.__setattr__(self, "mode", NO_MODE)
+        elif self.mode not in MODES:
+            raise UserError(f"unknown mode {self.mode!r}; choose one of {', '.join(MODES)}")
+
+    @cached_property
+    def spec(self):
+        """The parsed, validated variant (a ``VariantSpec``); parsed once, on first use.
+
+        Parsing resolves the variant's class (a plug-in path is imported here), so
+        only code that runs the point asks for it; reports and the gate never do.
+        """
+        from attnprof.scenarios.variants.registry import parse_variant
+
+        return parse_variant(self.variant)
+
+    def identity(self) -> dict:
+        """The identity fields of a result record, in IDENTITY_FIELDS order, plus head_dim."""
+        return {"variant": self.variant, "mode": self.mode, "scope": self.scope,
+                **asdict(self.shape), "forward_only": self.forward_only, "head_dim": self.shape.head_dim}
+
+    def key(self) -> tuple:
+        """Identity of the point in results, resume, reports and the gate."""
+        ident = self.identity()
+        return tuple(ident[f] for f in IDENTITY_FIELDS)
+
+    def key_text(self) -> str:
+        """key() as a string: the key of the report's prediction cache."""
+        return json.dumps(self.key())
+
+
+# Derived from the dataclasses above: Point's own fields with the Shape expanded in place.
+IDENTITY_FIELDS = tuple(
+    name for f in fields(Point) for name in ([g.name for g in fields(Shape)] if f.name == "shape" else [f.name]))
+
+
+def key_of_record(record: dict) -> tuple:
+    """The same key as Point.key(), read back from a result record."""
+    return tuple(record.get(f) for f in IDENTITY_FIELDS)
+
+
+# --- the outcome --------------------------------------------------------------------------
 STATUSES = ("ok", "oom", "timeout", "crashed", "skipped", "error")
-RESULTS_FILE = "results.jsonl"
-MANIFEST_FILE = "manifest.json"
+
+
+def step_time_ms(fwd_ms, bwd_ms):
+    """Forward + backward time of one step; a missing backward (forward-only) counts 0,
+    a missing forward makes the whole None. Works on numbers and on pandas Series."""
+    if hasattr(fwd_ms, "fillna"):  # pandas: element-wise, NaN forward stays NaN
+        return fwd_ms + bwd_ms.fillna(0.0)
+    if fwd_ms is None:
+        return None
+    return fwd_ms + (bwd_ms or 0.0)
 
 
 @dataclass
@@ -69,6 +199,10 @@ class PointRecord:
     finished_at: str = ""  # ISO time
 
     @classmethod
+    def for_point(cls, point: Point, **outcome) -> "PointRecord":
+        return cls(**point.identity(), **outcome)
+
+    @classmethod
     def from_dict(cls, data: dict) -> "PointRecord":
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})
@@ -78,53 +212,4 @@ class PointRecord:
 
     @property
     def time_ms(self) -> Optional[float]:
-        if self.time_fwd_ms is None:
-            return None
-        return self.time_fwd_ms + (self.time_bwd_ms or 0.0)
-
-
-def append_record(run_dir: Path, record: PointRecord) -> None:
-    """Append one record and flush it to disk before returning: a crash loses nothing."""
-    path = Path(run_dir) / RESULTS_FILE
-    line = json.dumps(record.to_row(), sort_keys=False)
-    with open(path, "a", encoding="utf-8") as fh:
-        fh.write(line + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-
-
-def read_records(run_dir: Path) -> list[dict]:
-    """Every complete record of a run (a torn last line from a kill is ignored)."""
-    path = Path(run_dir) / RESULTS_FILE
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return out
-
-
-def load_run(run_dir: str | Path):
-    """A run as a tidy pandas DataFrame, one row per point (the last record wins)."""
-    import pandas as pd
-
-    from attnprof.profiler.point import key_of_record
-
-    latest: dict = {}
-    for rec in read_records(Path(run_dir)):
-        latest[key_of_record(rec)] = rec
-    frame = pd.DataFrame(list(latest.values()))
-    if not frame.empty:
-        frame = frame.sort_values(["scope", "mode", "variant", "seq_len"], kind="stable").reset_index(drop=True)
-    return frame
-
-
-def read_manifest(run_dir: Path) -> dict:
-    path = Path(run_dir) / MANIFEST_FILE
-    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+        return step_time_ms(self.time_fwd_ms, self.time_bwd_ms)

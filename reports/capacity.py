@@ -2,7 +2,7 @@
 series × mode: "which attention, at what length, on which GPU".
 
 Predicted peaks come from the run's ``predicted_peak_bytes`` column and, beyond its
-lengths, from ``attnprof.profiler.accounting.predict`` (fake tensors, no allocation),
+lengths, from ``attnprof.profiler.measure.accounting.predict`` (fake tensors, no allocation),
 called only at the lengths that decide a boundary and only within a time budget. Where
 the budget runs out, the figure is a log-log extrapolation and is marked as such.
 Predictions are cached in the run folder: a later render starts where this one stopped.
@@ -20,10 +20,10 @@ from typing import Callable, Optional
 
 import pandas as pd
 
-from attnprof.profiler.point import Point
+from attnprof.profiler.records import Point
 from attnprof.reports.scaling import expected_exponents
 from attnprof.reports.units import GIB, fmt_len
-from attnprof.scenarios.shape import Shape
+from attnprof.profiler.records import Shape
 
 # Budgets in GiB, with GPUs that have about that much memory.
 BUDGETS_GIB = {16: "V100 16GB, T4", 24: "RTX 4090, A10", 40: "A100 40GB", 80: "A100/H100 80GB", 141: "H200"}
@@ -34,7 +34,7 @@ Predictor = Callable[[Point], int]
 
 
 def default_predictor(point: Point) -> int:
-    from attnprof.profiler.accounting import predict  # torch machinery: import on first use
+    from attnprof.profiler.measure.accounting import predict  # torch machinery: import on first use
 
     return predict(point, count_flops=False).peak_bytes
 

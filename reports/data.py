@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from attnprof.profiler.records import MANIFEST_FILE, RESULTS_FILE, load_run, read_records
+from attnprof.profiler.runner.storage import MANIFEST_FILE, RESULTS_FILE, load_run, read_records
+from attnprof.errors import UserError
 
 # Panels in reading order: the three stack modes, then the attention core alone.
 PANEL_ORDER = ("plain", "checkpoint", "reversible", "attention")
@@ -19,7 +20,7 @@ SHAPE_FIELDS = ("d_model", "heads", "layers", "dtype", "ff_mult", "ff_chunks", "
 REQUIRED = ("variant", "mode", "scope", "seq_len", "status")
 
 
-class ReportError(ValueError):
+class ReportError(UserError):
     """A run folder (or baseline) that cannot be reported on; the message is one line."""
 
 

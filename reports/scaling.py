@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 
 from attnprof.reports.data import panels, series_order
-from attnprof.scenarios.attention.base import VariantError
-from attnprof.scenarios.registry import parse_variant
+from attnprof.scenarios.variants.base import VariantError
+from attnprof.scenarios.variants.registry import parse_variant
 
 
 @dataclass

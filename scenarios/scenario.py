@@ -9,11 +9,12 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
+from attnprof.errors import UserError
 
 PRESETS = Path(__file__).parent / "presets"
 
 
-class ScenarioError(ValueError):
+class ScenarioError(UserError):
     """A scenario that cannot be loaded; the message is one line."""
 
 

@@ -14,12 +14,12 @@ import argparse
 import torch
 from torch.utils import benchmark
 
-from attnprof.profiler.accounting import predict
-from attnprof.profiler.point import Point
+from attnprof.profiler.measure.accounting import predict
+from attnprof.profiler.records import Point
 from attnprof.profiler.units import fmt_bytes
-from attnprof.profiler.workload import Workload
-from attnprof.scenarios.registry import variant_names
-from attnprof.scenarios.shape import Shape
+from attnprof.profiler.measure.workload import Workload
+from attnprof.scenarios.variants.registry import variant_names
+from attnprof.profiler.records import Shape
 
 
 def main() -> None:

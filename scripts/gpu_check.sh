@@ -66,7 +66,7 @@ PY
     if [ -n "$missing" ] && [ -z "${SKIP_INSTALL:-}" ]; then
         timeout "$DEPS_TIMEOUT_S" "$PYTHON" -m pip install -q $missing
     fi
-    "$PYTHON" -c "import attnprof.profiler.gpu, pandas, matplotlib, typer, psutil, pynvml, pytest; print('imports ok')"
+    "$PYTHON" -c "import attnprof.profiler.measure.gpu, pandas, matplotlib, typer, psutil, pynvml, pytest; print('imports ok')"
 }
 
 device() {
@@ -74,7 +74,7 @@ device() {
     nvidia-smi --query-gpu=index,name,pci.bus_id,memory.total,driver_version --format=csv
     "$PYTHON" - "$OUT/environment.json" <<'PY'
 import json, sys
-from attnprof.profiler.gpu import default_memory_limit_bytes, device_environment, nvml_available
+from attnprof.profiler.measure.gpu import default_memory_limit_bytes, device_environment, nvml_available
 env = {**device_environment("cuda"), "nvml": nvml_available()[1],
        "default_memory_limit_bytes": default_memory_limit_bytes("cuda")}
 print(json.dumps(env, indent=1))

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from attnprof.profiler.records import MANIFEST_FILE, PointRecord, append_record
+from attnprof.profiler.records import PointRecord
+from attnprof.profiler.runner.storage import MANIFEST_FILE, append_record
 
 CI_VARIANTS = ("full", "sdpa", "lsh", "lsh[n_hashes=8]", "sparse_strided", "sparse_fixed")
 CI_MODES = ("plain", "checkpoint", "reversible")
@@ -34,7 +35,7 @@ def synthetic_record(variant: str, mode: str, n: int, *, status: str = "ok", rea
         warmup=1, repeats=2, finished_at="2025-01-01T00:00:00")
 
 
-# The layout attnprof.profiler.manifest.write_manifest writes.
+# The layout attnprof.profiler.runner.manifest.write_manifest writes.
 MANIFEST = {
     "format": "attnprof-run", "version": 1, "created_at": "2025-01-01T00:00:00+00:00",
     "command": ["attnprof", "sweep", "--scenario", "ci"],

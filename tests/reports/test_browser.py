@@ -58,7 +58,7 @@ def console_lines(stderr: str) -> list[str]:
 def report(tmp_path_factory) -> Path:
     """A small *real* run (every variant, two modes, two lengths), rendered against a
     baseline run folder that includes a plug-in name made of markup."""
-    from attnprof.profiler.sweep import SweepSettings, run_sweep
+    from attnprof.profiler.runner.sweep import SweepSettings, run_sweep
     from attnprof.scenarios.scenario import Scenario
 
     small = Scenario(name="browser", modes=("plain", "reversible"), min_len=128, max_len=256, d_model=32, heads=2,

@@ -3,7 +3,7 @@ exactly this (same record API, same manifest layout)."""
 
 import pytest
 
-from attnprof.profiler import sweep
+from attnprof.profiler.runner import sweep
 from attnprof.reports.render import render_report
 from attnprof.scenarios.scenario import Scenario
 

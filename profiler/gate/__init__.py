@@ -1,0 +1,98 @@
+"""The CI memory gate behind ``attnprof gate``: a run against a checked-in baseline.
+
+Exit codes: 0 pass, 1 a memory regression (each regressed point named, both figures and
+the % change), 2 not comparable (a one-line ``error: ...``; never a traceback, never a
+silent pass). What is compared and why: docs/ci-gate.md. The pieces live in
+``gate_baseline`` (files), ``gate_compare`` (verdicts) and ``gate_format`` (output);
+this module is the entry point the CLI calls.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Callable, Optional
+
+from attnprof.profiler import units
+from attnprof.profiler.gate.baseline import (FORMAT, VERSION, GateError, Snapshot, point_label, read_baseline,
+                                             read_run, update_baseline)
+from attnprof.profiler.gate.compare import DEFAULT_ABS_TOLERANCE, MiB, Comparison, GateResult, compare
+from attnprof.profiler.gate.format import (error_to_json, format_error_markdown, format_markdown, format_table,
+                                           result_to_json)
+
+__all__ = ["FORMAT", "VERSION", "MiB", "Comparison", "GateError", "GateResult", "Snapshot", "compare",
+           "format_markdown", "format_table", "parse_bytes", "parse_tolerance", "point_label", "read_baseline",
+           "read_run", "result_to_json", "run_gate", "update_baseline"]
+
+SUMMARY_ENV = "GITHUB_STEP_SUMMARY"  # GitHub Actions renders Markdown appended to this file
+
+
+def parse_tolerance(text: str | float) -> float:
+    """'2%', '2' or 2.0 -> 2.0 (percent)."""
+    try:
+        return units.parse_percent(text)
+    except ValueError:
+        raise GateError(f"--tolerance must be a percentage like 2% or 0.5, got {text!r}") from None
+
+
+def parse_bytes(text: str | int) -> int:
+    """'1MiB', '512 KiB', '0', '1048576' -> bytes. KB/MB/GB are decimal, KiB/MiB/GiB binary."""
+    try:
+        return units.parse_bytes(text, allow_zero=True)
+    except ValueError:
+        raise GateError(f"--abs-tolerance must be a size like 64KiB, 1MiB or 0, got {text!r}") from None
+
+
+def _write(path: str | Path, text: str, append: bool = False, what: str = "output") -> None:
+    try:
+        with open(path, "a" if append else "w", encoding="utf-8") as fh:
+            fh.write(text)
+    except OSError as exc:
+        raise GateError(f"cannot write {what} {path}: {exc.strerror or exc}") from None
+
+
+def _write_markdown(text: str, markdown_file: Optional[str | Path]) -> None:
+    """Append to the GitHub step summary when set; write --markdown FILE when given."""
+    summary = os.environ.get(SUMMARY_ENV)
+    if summary:
+        _write(summary, text, append=True, what=f"${SUMMARY_ENV}")
+    if markdown_file:
+        _write(markdown_file, text, what="--markdown file")
+
+
+def _write_json(doc: dict, json_file: Optional[str | Path]) -> None:
+    if json_file:
+        _write(json_file, json.dumps(doc, indent=2) + "\n", what="--json file")
+
+
+def run_gate(baseline: str | Path, run_dir: str | Path, tolerance_pct: float | str = 2.0,
+             abs_tolerance_bytes: int | str = DEFAULT_ABS_TOLERANCE, allow_missing: bool = False,
+             markdown_file: Optional[str | Path] = None, json_file: Optional[str | Path] = None,
+             update: bool = False, out: Callable[[str], object] = print) -> int:
+    """What ``attnprof gate`` does; returns the exit code (0 pass, 1 regression, 2 error).
+
+    ``update`` (re)writes the baseline from the run instead of comparing. Tolerances may be
+    given as numbers or as the CLI's strings ('2%', '1MiB'). Every GateError becomes one
+    ``error: ...`` line through ``out`` (and in the summaries), and exit code 2.
+    """
+    try:
+        if update:
+            doc = update_baseline(baseline, run_dir)
+            out(f"baseline {baseline} written from {run_dir}: {len(doc['points'])} points, "
+                f"scenario {doc['scenario'].get('name')!r}, {doc['device']} {doc['device_name']}".rstrip())
+            return 0
+        result = compare(baseline, run_dir, parse_tolerance(tolerance_pct), parse_bytes(abs_tolerance_bytes),
+                         allow_missing)
+        out(format_table(result).rstrip("\n"))
+        _write_markdown(format_markdown(result), markdown_file)
+        _write_json(result_to_json(result), json_file)
+        return result.exit_code
+    except GateError as exc:
+        out(f"error: {exc}")
+        try:  # let the summaries say why too; a failure to write them changes nothing
+            _write_markdown(format_error_markdown(str(exc)), markdown_file)
+            _write_json(error_to_json(str(exc)), json_file)
+        except GateError:
+            pass
+        return 2

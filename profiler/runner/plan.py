@@ -1,0 +1,70 @@
+"""From a Scenario to the points it covers, in series order (variant x mode, then length)."""
+
+from __future__ import annotations
+
+from attnprof.profiler.records import MODES, NO_MODE, SCOPES, Point, Shape
+from attnprof.scenarios.variants.registry import VariantSpec, parse_variants
+from attnprof.scenarios.scenario import Scenario
+from attnprof.errors import UserError
+
+
+class PlanError(UserError):
+    """A scenario whose points cannot be built; the message is one line."""
+
+
+def variant_specs(scenario: Scenario) -> list[VariantSpec]:
+    return parse_variants(list(scenario.variants))
+
+
+def modes_of(scenario: Scenario) -> list[str]:
+    if scenario.scope not in SCOPES:
+        raise PlanError(f"unknown scope {scenario.scope!r}; choose one of {', '.join(SCOPES)}")
+    if scenario.scope == "attention":
+        return [NO_MODE]
+    for mode in scenario.modes:
+        if mode not in MODES:
+            raise PlanError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
+    return list(dict.fromkeys(scenario.modes)) or list(MODES)
+
+
+def shape_at(scenario: Scenario, seq_len: int) -> Shape:
+    if seq_len <= 0:
+        raise PlanError(f"sequence length must be positive, got {seq_len}")
+    return Shape(batch=scenario.batch_for(seq_len), seq_len=seq_len, d_model=scenario.d_model,
+                 heads=scenario.heads, layers=scenario.layers, dtype=scenario.dtype, ff_chunks=scenario.ff_chunks)
+
+
+def series(scenario: Scenario) -> list[list[Point]]:
+    """One list per (variant, mode), lengths ascending: the unit of OOM/timeout skipping."""
+    lengths = scenario.lengths()
+    if not lengths:
+        raise PlanError(f"no sequence lengths between {scenario.min_len} and {scenario.max_len}")
+    if min(lengths) <= 0:
+        raise PlanError(f"sequence length must be positive, got {min(lengths)}")
+    shapes = [shape_at(scenario, n) for n in lengths]
+    out = []
+    for spec in variant_specs(scenario):
+        for mode in modes_of(scenario):
+            out.append([Point(spec.label, mode, scenario.scope, s, scenario.forward_only) for s in shapes])
+    return out
+
+
+def points(scenario: Scenario) -> list[Point]:
+    return [p for s in series(scenario) for p in s]
+
+
+def shape_problem(point: Point) -> str | None:
+    """Why this variant cannot run at this shape (e.g. LSH bucket size vs n), or None."""
+    from attnprof.scenarios.variants.base import VariantError
+    from attnprof.scenarios.variants.registry import parse_variant
+
+    s = point.shape
+    try:
+        spec = parse_variant(point.variant)
+        spec.check_shape(s.seq_len, s.heads, s.head_dim)
+    except VariantError as exc:
+        return str(exc)
+    if point.scope == "attention" and spec.cls.layer_period(spec.cls.resolve_options(spec.options)) > 1:
+        return (f"{point.variant} alternates its pattern across blocks; scope attention has one block "
+                f"and would measure only the first pattern: use scope model")
+    return None

@@ -1,0 +1,186 @@
+"""The child side of a sweep: measure one point and send back its record.
+
+Runs in a process forked from a forkserver that has already imported torch and
+attnprof, so a point costs milliseconds to start and a crash, OOM or hang takes only
+its own process down. Order inside a point:
+  1. predict (fake tensors): the predicted peak and FLOPs; skip if over the memory limit;
+  2. memory pass, alone (the tracker's overhead must not touch the timings);
+  3. timing pass: warm-up, then forward and backward timed separately, repeatedly.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import traceback
+from datetime import datetime, timezone
+
+import psutil
+import torch
+
+from attnprof.profiler.measure.accounting import account, predict
+from attnprof.profiler.records import Point, PointRecord
+from attnprof.profiler.units import fmt_bytes
+from attnprof.profiler.measure.workload import Workload
+
+
+class RssSampler:
+    """Peak resident set size of this process, polled every ``interval_s`` in a thread.
+    Real but noisy (allocator, thread stacks): reported, never gated on."""
+
+    def __init__(self, interval_s: float = 0.005):
+        self.interval_s = interval_s
+        self.proc = psutil.Process()
+        self.baseline_bytes = self.peak_bytes = self.proc.memory_info().rss
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self._stop.is_set():
+            self.peak_bytes = max(self.peak_bytes, self.proc.memory_info().rss)
+            self._stop.wait(self.interval_s)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.peak_bytes = max(self.peak_bytes, self.proc.memory_info().rss)
+
+
+def is_oom(exc: BaseException) -> bool:
+    if isinstance(exc, MemoryError):
+        return True
+    oom_type = getattr(torch, "OutOfMemoryError", None) or getattr(torch.cuda, "OutOfMemoryError", ())
+    if oom_type and isinstance(exc, oom_type):
+        return True
+    text = str(exc).lower()
+    return "out of memory" in text or "can't allocate memory" in text or "failed to allocate" in text
+
+
+def one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:300]}"
+
+
+def _base_record(point: Point, device: str, device_name: str) -> PointRecord:
+    return PointRecord(**point.identity(), device=device, device_name=device_name)
+
+
+def measure_point(point: Point, settings: dict) -> PointRecord:
+    """Everything about one point; exceptions become a status, never escape."""
+    device, device_name = settings["device"], settings.get("device_name", "")
+    record = _base_record(point, device, device_name)
+    started = time.perf_counter()
+    torch.set_num_threads(settings.get("threads") or torch.get_num_threads())
+    try:
+        pred = predict(point)
+        record.predicted_peak_bytes = pred.peak_bytes
+        record.predicted_breakdown_bytes = pred.breakdown_bytes
+        record.flops_fwd, record.flops_bwd = pred.flops_fwd, pred.flops_bwd
+        limit = settings.get("mem_limit_bytes")
+        if limit and pred.peak_bytes > limit:
+            record.status = "skipped"
+            record.reason = f"predicted peak {fmt_bytes(pred.peak_bytes)} exceeds the memory limit {fmt_bytes(limit)}"
+            return record
+        if settings.get("test_hook"):  # tests only: simulate a crash, hang or OOM inside a point
+            _test_hook(settings["test_hook"], point)
+        memory_started = time.perf_counter()
+        if device == "cpu":
+            _cpu_memory_pass(point, record)
+        else:
+            _cuda_memory_pass(point, record, device)
+        memory_pass_s = time.perf_counter() - memory_started
+        _timing_pass(point, record, settings, memory_pass_s)
+    except Exception as exc:  # noqa: BLE001 - any failure of one point is that point's result
+        record.status = "oom" if is_oom(exc) else "error"
+        record.reason = one_line(exc)
+        if record.status == "error" and settings.get("debug"):
+            traceback.print_exc()
+    finally:
+        record.point_wall_s = round(time.perf_counter() - started, 4)
+        record.finished_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return record
+
+
+def _cpu_memory_pass(point: Point, record: PointRecord) -> None:
+    with RssSampler() as rss:
+        measured = account(point, fake=False, device="cpu")
+    record.measured_peak_bytes, record.measured_by = measured.peak_bytes, "tensor-tracker"
+    record.rss_peak_bytes, record.rss_baseline_bytes = rss.peak_bytes, rss.baseline_bytes
+    if measured.peak_bytes != record.predicted_peak_bytes:
+        record.reason = (f"measured {measured.peak_bytes} B differs from predicted {record.predicted_peak_bytes} B: "
+                         "the real run executed different ops than the fake one")
+
+
+def _cuda_memory_pass(point: Point, record: PointRecord, device: str) -> None:
+    from attnprof.profiler.measure.gpu import cuda_memory_pass
+
+    torch.manual_seed(0)
+    work = Workload(point, device)
+    figures = cuda_memory_pass(work.step, torch.device(device))
+    for key, value in figures.items():
+        setattr(record, key, value)
+    record.measured_by = "cuda-allocator"
+    del work
+
+
+# A memory pass at least this long has already warmed this process up (thread pool, allocator,
+# kernel selection) on the same ops; further warm-up steps would only cost time.
+WARM_AFTER_S = 2.0
+
+
+def _timing_pass(point: Point, record: PointRecord, settings: dict, memory_pass_s: float) -> None:
+    from attnprof.profiler.measure.timing import cpu_time, cuda_time, summarize
+
+    device = settings["device"]
+    torch.manual_seed(0)
+    work = Workload(point, device)
+    warmup, repeats = settings.get("warmup", 1), settings.get("repeats", 3)
+    if device == "cpu" and memory_pass_s >= WARM_AFTER_S and warmup:
+        warmup = 0
+        record.reason = (record.reason + "; " if record.reason else "") + \
+            f"no extra warm-up: the {memory_pass_s:.1f} s memory pass ran the same ops first"
+    backward = None if point.forward_only else (lambda loss: (work.backward(loss), work.zero_grad()))
+    if device == "cpu":
+        fwd, bwd = cpu_time(work.forward, backward, warmup, repeats)
+    else:
+        fwd, bwd = cuda_time(work.forward, backward, warmup, repeats, torch.device(device))
+    record.warmup, record.repeats = warmup, repeats
+    record.time_fwd_samples_ms, record.time_bwd_samples_ms = [round(t, 4) for t in fwd], [round(t, 4) for t in bwd]
+    record.time_fwd_ms, record.time_fwd_iqr_ms = summarize(fwd)[:2]
+    if bwd:
+        record.time_bwd_ms, record.time_bwd_iqr_ms = summarize(bwd)[:2]
+    step_ms = record.time_fwd_ms + (record.time_bwd_ms or 0.0)
+    if step_ms > 0:
+        record.tokens_per_s = point.shape.tokens / (step_ms / 1e3)
+        flops = (record.flops_fwd or 0) + (0 if point.forward_only else (record.flops_bwd or 0))
+        record.achieved_flops_per_s = flops / (step_ms / 1e3)
+
+
+def child_main(conn, point: Point, settings: dict) -> None:
+    """Entry point of the forked child: measure, send, exit."""
+    try:
+        record = measure_point(point, settings)
+        conn.send(record.to_row())
+    finally:
+        conn.close()
+
+
+def _test_hook(hook: str, point: Point) -> None:
+    target, _, action = hook.partition("=")
+    if target not in (point.variant, f"{point.variant}@{point.shape.seq_len}"):
+        return
+    if action == "sigkill":
+        os.kill(os.getpid(), 9)
+    elif action == "segfault":
+        import ctypes
+
+        ctypes.string_at(0)
+    elif action == "hang":
+        time.sleep(3600)
+    elif action == "oom":
+        raise MemoryError("simulated out of memory")

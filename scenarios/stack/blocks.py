@@ -1,0 +1,89 @@
+"""The transformer stack attnprof profiles at scope ``model``, in three modes.
+
+- ``plain``: ordinary pre-norm residual blocks (Vaswani et al. 2017, pre-norm as in GPT-2).
+- ``checkpoint``: each block recomputed in backward (Child et al. 2019, §5.4), via
+  ``torch.utils.checkpoint`` with ``use_reentrant=False`` (RNG state is preserved).
+- ``reversible``: RevNet coupling, activations independent of depth (Kitaev et al. 2020, §3).
+
+There is no embedding: x [batch, seq, d_model] comes in with requires_grad, and the
+loss is a scalar of the output.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from attnprof.scenarios.variants.registry import VariantSpec
+from attnprof.scenarios.stack.reversible import reversible_stack
+from attnprof.profiler.records import MODES, SCOPES, Shape  # noqa: F401 (re-exported)
+
+# The reversible network computed with ordinary autograd: same function as `reversible`,
+# every activation stored. Not a profiled mode; the gradient reference for `reversible`.
+REVERSIBLE_REFERENCE = "reversible-autograd"
+
+
+class FeedForward(nn.Module):
+    """Position-wise MLP, d -> ff_mult*d -> d; in ``chunks`` along the sequence (Reformer §3)."""
+
+    def __init__(self, d_model: int, mult: int, chunks: int):
+        super().__init__()
+        self.chunks = chunks
+        self.net = nn.Sequential(nn.Linear(d_model, mult * d_model), nn.GELU(), nn.Linear(mult * d_model, d_model))
+
+    def forward(self, x):  # (B, n, d)
+        if self.chunks == 1:
+            return self.net(x)
+        return torch.cat([self.net(part) for part in x.chunk(self.chunks, dim=1)], dim=1)  # (B, n, d)
+
+
+class PreNorm(nn.Module):
+    def __init__(self, d_model: int, fn: nn.Module):
+        super().__init__()
+        self.norm, self.fn = nn.LayerNorm(d_model), fn
+
+    def forward(self, x):
+        return self.fn(self.norm(x))
+
+
+class Block(nn.Module):
+    """One transformer block: f = attention, g = feed-forward, both pre-normed."""
+
+    def __init__(self, spec: VariantSpec, shape: Shape, layer_index: int):
+        super().__init__()
+        self.f = PreNorm(shape.d_model, spec.build(shape.d_model, shape.heads, layer_index=layer_index))
+        self.g = PreNorm(shape.d_model, FeedForward(shape.d_model, shape.ff_mult, shape.ff_chunks))
+
+    def forward(self, x):
+        x = x + self.f(x)
+        return x + self.g(x)
+
+
+class Stack(nn.Module):
+    """L blocks of one attention variant, run in one of MODES."""
+
+    def __init__(self, spec: VariantSpec, shape: Shape, mode: str = "plain"):
+        super().__init__()
+        if mode not in MODES + (REVERSIBLE_REFERENCE,):
+            raise ValueError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
+        self.mode = mode
+        self.blocks = nn.ModuleList(Block(spec, shape, i) for i in range(shape.layers))
+        self.norm = nn.LayerNorm(shape.d_model)
+
+    def forward(self, x):  # (B, n, d) -> (B, n, d)
+        if self.mode in ("reversible", REVERSIBLE_REFERENCE):
+            x = reversible_stack(x, self.blocks, memory_saving=self.mode == "reversible")
+        else:
+            for block in self.blocks:
+                if self.mode == "checkpoint":
+                    x = checkpoint(block, x, use_reentrant=False)
+                else:
+                    x = block(x)
+        return self.norm(x)
+
+
+def loss_of(out: torch.Tensor) -> torch.Tensor:
+    """The scalar whose backward is profiled: a sum, so d(loss)/d(out) is a broadcast
+    scalar and costs no n-sized buffer of its own."""
+    return out.sum()

@@ -1,0 +1,184 @@
+"""Sparse Transformer strided and fixed attention, computed block-wise in O(n·√n) memory.
+
+Child et al. 2019, "Generating Long Sequences with Sparse Transformers", arXiv 1904.10509,
+§4.2 (the index sets A¹, A², defined in ``sparse_patterns``) and §4.3 (three ways to combine
+them: one head over A¹ ∪ A², half the heads each, or alternating residual blocks).
+No n x n tensor exists: per head, strided holds n·2l (band) and n·n/l (columns) scores,
+fixed n·l (blocks) and n·(n/l)·c (summaries); with l ≈ √n all are O(n·√n). Each mask is
+built from index vectors of its part's size. All shapes are static (FakeTensorMode runs it).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from attnprof.scenarios.variants.base import (Attention, Option, VariantError, mask_value, positive,
+                                               power_of_two)
+from attnprof.scenarios.variants.sparse_patterns import (default_stride, fixed_a1, fixed_a2, strided_a1,
+                                                          strided_a2)
+from attnprof.scenarios.variants.registry import register_variant
+
+COMBINES = ("merged", "multihead", "interleaved")
+
+
+def _combine_check(value):
+    return None if value in COMBINES else "must be one of " + ", ".join(COMBINES)
+
+
+def _attend(q, k, v, allowed, scale):
+    """Softmax attention of q (..., m, dh) over k, v (..., w, dh) where ``allowed`` (bool,
+    broadcast to (..., m, w)) holds. Returns out (..., m, dh), zero on a row that allows no
+    key, and the rows' logsumexp (..., m), about mask_value on such a row."""
+    logits = torch.matmul(q * scale, k.transpose(-1, -2))  # (..., m, w)
+    # A finite mask value: a fully masked row gets a finite lse and no NaN (base.mask_value).
+    logits = logits.masked_fill(~allowed, mask_value(logits.dtype))
+    out = torch.matmul(logits.softmax(dim=-1), v)  # (..., m, dh)
+    return out * allowed.any(dim=-1, keepdim=True), logits.logsumexp(dim=-1)
+
+
+class _SparseAttention(Attention):
+    """What strided and fixed share: options, shape checks and the §4.3 combinations.
+    A subclass supplies the two predicates and ``part1``/``part2``, each computing one
+    set's attention block-wise for a given predicate ``allowed(i, j)``."""
+
+    complexity = (1.5, 1.5)
+    paper = "Child et al. 2019, Generating Long Sequences with Sparse Transformers, arXiv 1904.10509"
+    OPTIONS = {
+        **Attention.OPTIONS,
+        "stride": Option(int, None, "l; default the power of two nearest sqrt(n)", check=power_of_two),
+        "combine": Option(str, "merged", "merged (one head, A1 u A2), multihead (half the heads each) "
+                          "or interleaved (A1 in even layers, A2 in odd)", check=_combine_check),
+    }
+
+    @staticmethod
+    def stride_for(options: dict, seq_len: int) -> int:
+        return options["stride"] or default_stride(seq_len)
+
+    @classmethod
+    def layer_period(cls, options: dict) -> int:
+        return 2 if options.get("combine") == "interleaved" else 1  # A1 / A2 alternate by block
+
+    @classmethod
+    def check_shape(cls, options, seq_len, heads, head_dim):
+        l = cls.stride_for(options, seq_len)
+        if seq_len % l:
+            fits = seq_len & -seq_len  # the largest power of two dividing seq_len
+            raise VariantError(f"{cls.name}: seq_len {seq_len} is not a multiple of stride {l}; "
+                               f"use a multiple of {l} or stride={fits}")
+        if options["combine"] == "multihead" and heads % 2:
+            raise VariantError(f"{cls.name}: combine=multihead splits heads in two halves; "
+                               f"heads {heads} is odd, use an even number")
+
+    def predicates(self, l: int):
+        """(A¹, A²) as predicates allowed(i, j) on broadcast position tensors."""
+        raise NotImplementedError
+
+    def core(self, q, k, v):
+        b, h, n, dh = q.shape
+        self.check_shape(self.options, n, h, dh)
+        l = self.stride_for(self.options, n)
+        a1, a2 = self.predicates(l)
+        if self.combine == "multihead":  # first half of the heads on A¹, second half on A²
+            half = h // 2
+            o1, _ = self.part1(q[:, :half], k[:, :half], v[:, :half], l, a1)  # (B, h/2, n, dh)
+            o2, _ = self.part2(q[:, half:], k[:, half:], v[:, half:], l, a2)  # (B, h/2, n, dh)
+            return torch.cat([o1, o2], dim=1)  # (B, h, n, dh)
+        if self.combine == "interleaved":  # residual block r uses A^(r mod 2 + 1)
+            part, pred = (self.part1, a1) if self.layer_index % 2 == 0 else (self.part2, a2)
+            return part(q, k, v, l, pred)[0]
+        # merged: one softmax over A¹ ∪ A²; A² drops keys A¹ already has, so each counts once.
+        o1, lse1 = self.part1(q, k, v, l, a1)  # (B, h, n, dh), (B, h, n)
+        o2, lse2 = self.part2(q, k, v, l, lambda i, j: a2(i, j) & ~a1(i, j))
+        lse = torch.logaddexp(lse1, lse2)  # (B, h, n): the union's normaliser
+        return o1 * (lse1 - lse).exp().unsqueeze(-1) + o2 * (lse2 - lse).exp().unsqueeze(-1)
+
+
+def _blocks(t, l):
+    """(B, h, n, dh) -> (B, h, n/l, l, dh), a view."""
+    b, h, n, dh = t.shape
+    return t.view(b, h, n // l, l, dh)  # (B, h, n/l, l, dh)
+
+
+@register_variant("sparse_strided")
+class StridedSparseAttention(_SparseAttention):
+    description = "Sparse Transformer strided: band of l plus every l-th key, l ~ sqrt(n) (n sqrt n memory)"
+
+    def predicates(self, l):
+        causal = self.causal
+        return (lambda i, j: strided_a1(i, j, l, causal)), (lambda i, j: strided_a2(i, j, l, causal))
+
+    def part1(self, q, k, v, l, allowed):
+        """The band |i−j| ≤ l: query block b sees key blocks b−1, b (and b+1 bidirectional)."""
+        b, h, n, dh = q.shape
+        nb, span = n // l, (2 if self.causal else 3)  # key blocks per query block
+        pos = torch.arange(n, device=q.device).view(nb, l)  # (n/l, l)
+        pad = (0, 0, l, (span - 2) * l)  # one zero block before, and one after if bidirectional
+
+        def windows(t):
+            tb = _blocks(F.pad(t, pad), l)  # (B, h, n/l + span − 1, l, dh)
+            return torch.cat([tb[:, :, s:s + nb] for s in range(span)], dim=3)  # (B, h, n/l, span·l, dh)
+
+        kpos = torch.cat([pos + (s - 1) * l for s in range(span)], dim=1)  # (n/l, span·l)
+        inside = ((kpos >= 0) & (kpos < n))[:, None, :]  # (n/l, 1, span·l): not a padding key
+        ok = allowed(pos[:, :, None], kpos[:, None, :]) & inside  # (n/l, l, span·l)
+        # out (B, h, n/l, l, dh), lse (B, h, n/l, l)
+        out, lse = _attend(_blocks(q, l), windows(k), windows(v), ok, self.scale)
+        return out.reshape(b, h, n, dh), lse.reshape(b, h, n)
+
+    def part2(self, q, k, v, l, allowed):
+        """Every l-th key: query i = b·l + r sees column r, i.e. keys b'·l + r."""
+        b, h, n, dh = q.shape
+
+        def columns(t):
+            return _blocks(t, l).transpose(2, 3)  # (B, h, l, n/l, dh)
+
+        pos = torch.arange(n, device=q.device).view(n // l, l).t()  # (l, n/l): column r, row b
+        ok = allowed(pos[:, :, None], pos[:, None, :])  # (l, n/l, n/l)
+        # out (B, h, l, n/l, dh), lse (B, h, l, n/l)
+        out, lse = _attend(columns(q), columns(k), columns(v), ok, self.scale)
+        return out.transpose(2, 3).reshape(b, h, n, dh), lse.transpose(2, 3).reshape(b, h, n)
+
+
+@register_variant("sparse_fixed")
+class FixedSparseAttention(_SparseAttention):
+    description = "Sparse Transformer fixed: own block of l plus the last c keys of each block (n sqrt n memory)"
+    OPTIONS = {
+        **_SparseAttention.OPTIONS,
+        # The paper found c ∈ {8, 16, 32} worked well (§4.2).
+        "summary": Option(int, 8, "c, the summary keys at the end of each block; c <= stride", check=positive),
+    }
+
+    @classmethod
+    def check_shape(cls, options, seq_len, heads, head_dim):
+        l, c = cls.stride_for(options, seq_len), options["summary"]
+        if c > l:
+            raise VariantError(f"{cls.name}: summary {c} exceeds stride {l}; "
+                               f"use summary <= {l} or stride >= {c}")
+        super().check_shape(options, seq_len, heads, head_dim)
+
+    def predicates(self, l):
+        c, causal = self.options["summary"], self.causal
+        return (lambda i, j: fixed_a1(i, j, l, c, causal)), (lambda i, j: fixed_a2(i, j, l, c, causal))
+
+    def part1(self, q, k, v, l, allowed):
+        """The own block: block-diagonal attention."""
+        b, h, n, dh = q.shape
+        pos = torch.arange(n, device=q.device).view(n // l, l)  # (n/l, l)
+        ok = allowed(pos[:, :, None], pos[:, None, :])  # (n/l, l, l)
+        qb, kb, vb = _blocks(q, l), _blocks(k, l), _blocks(v, l)  # (B, h, n/l, l, dh)
+        out, lse = _attend(qb, kb, vb, ok, self.scale)  # out (B, h, n/l, l, dh), lse (B, h, n/l, l)
+        return out.reshape(b, h, n, dh), lse.reshape(b, h, n)
+
+    def part2(self, q, k, v, l, allowed):
+        """The summary keys: the last c of every block, gathered, seen by all queries."""
+        b, h, n, dh = q.shape
+        c = self.options["summary"]
+
+        def summaries(t):
+            return _blocks(t, l)[:, :, :, l - c:].reshape(b, h, (n // l) * c, dh)  # (B, h, (n/l)·c, dh)
+
+        pos = torch.arange(n, device=q.device)  # (n,)
+        kpos = pos.view(n // l, l)[:, l - c:].reshape(-1)  # ((n/l)·c,)
+        ok = allowed(pos[:, None], kpos[None, :])  # (n, (n/l)·c)
+        return _attend(q, summaries(k), summaries(v), ok, self.scale)  # (B, h, n, dh), (B, h, n)

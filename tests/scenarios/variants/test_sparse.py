@@ -1,0 +1,241 @@
+"""Sparse Transformer attention (Child et al. 2019, arXiv 1904.10509): index sets, exactness
+against a dense masked reference, causality, option errors, fake-mode runs and memory order."""
+
+import functools
+import math
+import weakref
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from attnprof.scenarios.variants.base import VariantError
+from attnprof.scenarios.variants.sparse import FixedSparseAttention, StridedSparseAttention
+from attnprof.scenarios.variants.sparse_patterns import default_stride, fixed_sets, strided_sets
+from attnprof.scenarios.variants.registry import get_variant, parse_variant
+
+VARIANTS = {"sparse_strided": StridedSparseAttention, "sparse_fixed": FixedSparseAttention}
+# (combine, layer_index): interleaved uses A¹ in even layers and A² in odd ones.
+COMBINES = [("merged", 0), ("multihead", 0), ("interleaved", 0), ("interleaved", 1), ("interleaved", 2)]
+
+
+@pytest.fixture(autouse=True)
+def seed():
+    torch.manual_seed(0)
+
+
+def build(name, d_model=32, heads=4, layer_index=0, **options):
+    return VARIANTS[name](d_model, heads, layer_index=layer_index, **options)
+
+
+# --- 1. the index sets are the paper's --------------------------------------------------------
+def brute_strided(i, n, l, causal):
+    near = [j for j in range(n) if (max(0, i - l) <= j <= i if causal else abs(i - j) <= l)]
+    step = [j for j in range(n) if (i - j) % l == 0 and (j <= i or not causal)]
+    return set(near), set(step)
+
+
+def brute_fixed(i, n, l, c, causal):
+    block = [j for j in range(n) if j // l == i // l and (j <= i or not causal)]
+    summ = [j for j in range(n) if j % l in range(l - c, l) and (j <= i or not causal)]
+    return set(block), set(summ)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("l", [2, 4, 8, 16])
+def test_index_sets_match_paper(l, causal):
+    n = 64
+    for i in range(n):
+        assert strided_sets(i, n, l, causal) == brute_strided(i, n, l, causal)
+        for c in {1, l // 2, l}:
+            assert fixed_sets(i, n, l, c, causal) == brute_fixed(i, n, l, c, causal)
+
+
+def test_index_sets_by_hand():
+    assert strided_sets(10, 64, 4, True) == ({6, 7, 8, 9, 10}, {2, 6, 10})
+    assert strided_sets(1, 16, 4, False) == ({0, 1, 2, 3, 4, 5}, {1, 5, 9, 13})
+    assert fixed_sets(10, 64, 4, 2, True) == ({8, 9, 10}, {2, 3, 6, 7, 10})
+    assert fixed_sets(1, 12, 4, 1, False) == ({0, 1, 2, 3}, {3, 7, 11})
+
+
+def test_default_stride_is_nearest_power_of_two_to_sqrt_n():
+    assert [default_stride(n) for n in (64, 128, 256, 1000, 2048, 4096, 16384)] == [8, 8, 16, 32, 32, 64, 128]
+
+
+# --- 2. exact against a dense masked reference ------------------------------------------------
+@functools.lru_cache(maxsize=None)
+def dense_sets(name, n, l, c, causal):
+    """(A¹, A²) as (n, n) bool masks, from the index-set functions."""
+    m1, m2 = torch.zeros(n, n, dtype=torch.bool), torch.zeros(n, n, dtype=torch.bool)
+    for i in range(n):
+        a1, a2 = strided_sets(i, n, l, causal) if name == "sparse_strided" else fixed_sets(i, n, l, c, causal)
+        m1[i, sorted(a1)], m2[i, sorted(a2)] = True, True
+    return m1, m2
+
+
+def reference(module, x, name, l, c):
+    b, n, d = x.shape
+    h, combine = module.heads, module.combine
+    m1, m2 = dense_sets(name, n, l, c, module.causal)
+    if combine == "merged":
+        per_head = [m1 | m2] * h
+    elif combine == "multihead":
+        per_head = [m1] * (h // 2) + [m2] * (h // 2)
+    else:
+        per_head = [m1 if module.layer_index % 2 == 0 else m2] * h
+    mask = torch.stack(per_head)  # (h, n, n)
+    empty = ~mask.any(-1, keepdim=True)  # (h, n, 1): a query with no key gets output 0
+    q, k, v = module.project(x)  # (B, h, n, dh)
+    logits = q @ k.transpose(-1, -2) / math.sqrt(module.head_dim)
+    attn = logits.masked_fill(~(mask | empty), float("-inf")).softmax(-1)
+    out = (attn @ v) * ~empty  # (B, h, n, dh)
+    return module.to_out(out.transpose(1, 2).reshape(b, n, d))
+
+
+CONFIGS = {  # (n, stride, summary); stride None = the default √n rule (8 at n = 128, 16 at 256)
+    "sparse_strided": [(64, 8, None), (64, 4, None), (128, None, None)],
+    "sparse_fixed": [(64, 8, 3), (64, 16, 16), (256, None, 4)],  # c = l: A² is every earlier key
+}
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("combine,layer_index", COMBINES)
+@pytest.mark.parametrize("name,n,l,c", [(v, *cfg) for v, cfgs in CONFIGS.items() for cfg in cfgs])
+def test_matches_dense_reference(name, n, l, c, combine, layer_index, causal):
+    options = {"stride": l} if l else {}
+    if c:
+        options["summary"] = c
+    module = build(name, d_model=16, heads=2, layer_index=layer_index, causal=causal, combine=combine,
+                   **options).double()
+    x = torch.randn(2, n, 16, dtype=torch.float64, requires_grad=True)
+    g = torch.randn(2, n, 16, dtype=torch.float64)
+    inputs = [x, *module.parameters()]
+    y = module(x)
+    grads = torch.autograd.grad((y * g).sum(), inputs)
+    y_ref = reference(module, x, name, l or default_stride(n), c or 8)
+    grads_ref = torch.autograd.grad((y_ref * g).sum(), inputs)
+    torch.testing.assert_close(y, y_ref, rtol=1e-10, atol=1e-12)
+    for got, want in zip(grads, grads_ref):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+
+
+# --- 3. causal means no look-ahead (and bidirectional does look ahead) ------------------------
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("combine,layer_index", COMBINES[:4])
+@pytest.mark.parametrize("name", VARIANTS)
+def test_causal_never_looks_ahead(name, combine, layer_index, causal):
+    extra = {"summary": 4} if name == "sparse_fixed" else {}
+    module = build(name, layer_index=layer_index, causal=causal, combine=combine, stride=8, **extra).double()
+    t = 37  # mid-block at stride 8, so both the block and the column reach past t
+    x = torch.randn(1, 64, 32, dtype=torch.float64)
+    x2 = x.clone()
+    x2[:, t + 1:] = torch.randn(1, 64 - t - 1, 32, dtype=torch.float64)
+    with torch.no_grad():
+        y, y2 = module(x), module(x2)
+    assert torch.allclose(y[:, : t + 1], y2[:, : t + 1], rtol=0, atol=1e-12) is causal
+
+
+# --- 4. bad options and shapes ----------------------------------------------------------------
+def one_line_error(fn):
+    with pytest.raises(VariantError) as info:
+        fn()
+    assert "\n" not in str(info.value)
+    return str(info.value)
+
+
+def test_bad_options_and_shapes_raise():
+    fixed, strided = FixedSparseAttention, StridedSparseAttention
+    # seq_len not a multiple of l: explicit stride, default stride (100 -> 8), and in forward
+    assert "stride=4" in one_line_error(lambda: strided.check_shape(strided.resolve_options({}), 100, 4, 8))
+    one_line_error(lambda: fixed.check_shape(fixed.resolve_options({"stride": "16"}), 40, 4, 8))
+    one_line_error(lambda: build("sparse_strided", stride=16)(torch.randn(1, 40, 32)))
+    # c > l
+    too_wide = fixed.resolve_options({"stride": 8, "summary": 16})
+    assert "summary" in one_line_error(lambda: fixed.check_shape(too_wide, 64, 4, 8))
+    one_line_error(lambda: build("sparse_fixed", summary=16)(torch.randn(1, 64, 32)))  # default l = 8
+    # odd heads for multihead
+    one_line_error(lambda: strided.check_shape(strided.resolve_options({"combine": "multihead"}), 64, 3, 8))
+    odd = build("sparse_fixed", d_model=24, heads=3, combine="multihead")
+    one_line_error(lambda: odd(torch.randn(1, 64, 24)))
+    # unknown combine, stride not a power of two, summary not positive or not on strided
+    assert "merged" in one_line_error(lambda: parse_variant("sparse_fixed[combine=sum]"))
+    one_line_error(lambda: build("sparse_strided", combine=2))
+    one_line_error(lambda: build("sparse_strided", stride=12))
+    one_line_error(lambda: build("sparse_fixed", summary=0))
+    one_line_error(lambda: build("sparse_strided", summary=4))
+    # what would work does not raise
+    strided.check_shape(strided.resolve_options({"combine": "multihead"}), 64, 4, 8)
+    fixed.check_shape(fixed.resolve_options({"stride": 8, "summary": 8}), 64, 4, 8)
+
+
+def test_registered_and_parsed():
+    assert get_variant("sparse_strided") is StridedSparseAttention
+    assert get_variant("sparse_fixed") is FixedSparseAttention
+    spec = parse_variant("sparse_fixed[combine= multihead , stride=16, summary=4]")
+    assert spec.options == {"combine": "multihead", "stride": 16, "summary": 4}
+    module = spec.build(32, 4, layer_index=1)
+    assert (module.combine, module.stride, module.layer_index) == ("multihead", 16, 1)
+    assert FixedSparseAttention.description.startswith("Sparse Transformer")  # the class text survives
+
+
+# --- 5. and 6. fake mode at long n; memory order n·√n and no n x n tensor -----------------------
+@pytest.mark.parametrize("combine", ["merged", "multihead", "interleaved"])
+@pytest.mark.parametrize("name", VARIANTS)
+def test_fake_mode_forward_backward_long(name, combine):
+    n = 16384
+    with FakeTensorMode():
+        module = build(name, d_model=32, heads=2, layer_index=1, combine=combine)
+        x = torch.randn(1, n, 32, requires_grad=True)
+        y = module(x)
+        y.sum().backward()
+    assert y.shape == x.shape and x.grad.shape == x.shape
+    assert all(p.grad is not None and p.grad.shape == p.shape for p in module.parameters())
+
+
+class LiveBytes(TorchDispatchMode):
+    """Peak of live storage bytes (each storage once, subtracted when freed) and the
+    largest storage allocated, in elements. Enter inside FakeTensorMode."""
+
+    def __init__(self):
+        super().__init__()
+        self.live, self.serial = {}, 0  # storage address -> (serial, nbytes); addresses get reused
+        self.now = self.peak = self.largest_numel = 0
+
+    def _free(self, key, serial):
+        if self.live.get(key, (None,))[0] == serial:
+            self.now -= self.live.pop(key)[1]
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor) and t.untyped_storage()._cdata not in self.live:
+                storage = t.untyped_storage()
+                self.serial += 1
+                self.live[storage._cdata] = (self.serial, storage.nbytes())
+                weakref.finalize(storage, self._free, storage._cdata, self.serial)
+                self.now += storage.nbytes()
+                self.peak = max(self.peak, self.now)
+                self.largest_numel = max(self.largest_numel, storage.nbytes() // t.element_size())
+        return out
+
+
+def core_memory(name, n, combine, layer_index):
+    heads = 2 if combine == "multihead" else 1  # B·h = 1 per part: a dense n x n would show
+    with FakeTensorMode():
+        module = build(name, d_model=16 * heads, heads=heads, layer_index=layer_index, combine=combine)
+        q, k, v = (torch.randn(1, heads, n, 16, requires_grad=True) for _ in range(3))
+        g = torch.randn(1, heads, n, 16)
+        with LiveBytes() as tracker:
+            module.core(q, k, v).backward(g)
+    return tracker.peak, tracker.largest_numel
+
+
+@pytest.mark.parametrize("combine,layer_index", COMBINES[:4])
+@pytest.mark.parametrize("name", VARIANTS)
+def test_core_memory_is_n_sqrt_n(name, combine, layer_index):
+    (p1, big1), (p2, big2) = (core_memory(name, n, combine, layer_index) for n in (4096, 16384))
+    slope = math.log(p2 / p1) / math.log(16384 / 4096)
+    assert 1.3 <= slope <= 1.7, slope
+    assert big1 < 4096 * 4096 / 4 and big2 < 16384 * 16384 / 4
