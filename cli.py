@@ -1,353 +1,341 @@
-"""attnprof's command line: variants, scenarios, predict, sweep, report, gate.
+"""attnprof's command line: thin glue over ``attnprof.api`` (variants, scenarios,
+predict, sweep, report, gate).
 
-Every user mistake ends in one line on stderr and exit code 2, never a traceback.
+Exit codes: 0 done; 1 the gate found a memory regression; 2 a user mistake (one line
+``error: ...`` on stderr, never a traceback); 128+N interrupted by signal N (130 Ctrl-C).
+Start-up is kept light: ``--help``, ``variants`` and ``scenarios`` import neither torch
+nor pandas nor matplotlib (the commands that measure import them when they run).
 """
 
 from __future__ import annotations
 
-import json
 import sys
+from enum import Enum
 from pathlib import Path
-from typing import List, Optional
+from typing import Annotated, List, Optional
 
 import typer
+from typer.core import TyperGroup
 
-try:  # recent typer vendors click
-    from typer._click import exceptions as _click_exceptions
-except ImportError:  # pragma: no cover - older typer on top of click
-    from click import exceptions as _click_exceptions
-ClickException = _click_exceptions.ClickException
-# click >= 8.2 raises this for a bare `attnprof`; older versions print the help themselves
-NoArgsIsHelpError = getattr(_click_exceptions, "NoArgsIsHelpError", type("NoArgsIsHelpError", (Exception,), {}))
+from attnprof.errors import UserError
+from attnprof.profiler.records import DTYPE_ALIASES, DTYPES, MODES, SCOPES
 
-from attnprof.profiler.runner.plan import PlanError
-from attnprof.profiler.units import fmt_bytes, parse_bytes
-from attnprof.scenarios.variants.base import VariantError
-from attnprof.scenarios.scenario import Scenario, ScenarioError, load_scenario
-from attnprof.profiler.records import ShapeError, canonical_dtype
-
-app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_is_help=True,
-                  help="attnprof: peak memory and time of attention variants, forward and backward, up to 64K tokens.")
+EXIT_USAGE, EXIT_INTERRUPTED = 2, 130  # and 1: the gate found a regression (its own code)
 
 
-class UsageProblem(ValueError):
-    """A flag combination that makes no sense; one line."""
+def one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
-def user_errors() -> tuple:
-    import importlib
+class Commands(TyperGroup):
+    """Every command runs inside this group: a UserError from anywhere below (flags,
+    files, the library) ends as ``error: ...`` and its exit code (2, the UserError
+    default; 1 for a run folder that cannot be written); Ctrl-C as exit 130."""
 
-    found = [VariantError, ShapeError, ScenarioError, PlanError, UsageProblem]
-    for module, name in (("attnprof.profiler.gate", "GateError"), ("attnprof.reports.render", "ReportError"),
-                         ("attnprof.profiler.runner.sweep", "SweepError")):
+    def invoke(self, ctx):
         try:
-            found.append(getattr(importlib.import_module(module), name))
-        except (ImportError, AttributeError):
-            pass
-    return tuple(found)
+            return super().invoke(ctx)
+        except UserError as exc:
+            typer.echo(f"error: {one_line(exc)}", err=True)
+            raise typer.Exit(getattr(exc, "exit_code", EXIT_USAGE)) from None
+        except KeyboardInterrupt:
+            typer.echo("interrupted", err=True)
+            raise typer.Exit(EXIT_INTERRUPTED) from None
 
 
-# --- shared flags -----------------------------------------------------------------------
-VARIANT = typer.Option(None, "--variant", "-v", help="variant label, repeatable or comma list; options in brackets: lsh[n_hashes=8]. Default: all.")
-MODE = typer.Option(None, "--mode", "-m", help="plain | checkpoint | reversible (repeatable). Default: all (scope model).")
-SCOPE = typer.Option(None, "--scope", help="model (the stack, default) or attention (the core alone)")
-SEQ_LEN = typer.Option(None, "--seq-len", "-n", help="sequence length, repeatable")
+EXAMPLES = """[bold]Examples[/]
+
+  attnprof sweep --out runs/first      [dim]# every variant x mode, then report.html[/]
+  attnprof sweep --max-len 65536 --device cpu --d-model 128 --heads 4 --layers 1
+  attnprof predict --d-model 1024 --heads 16 --layers 12 --dtype bf16 --budget 80GiB
+  attnprof report runs/first --baseline runs/older
+  attnprof gate --baseline .ci/baseline.json runs/ci
+"""
+
+app = typer.Typer(cls=Commands, add_completion=False, pretty_exceptions_enable=False, no_args_is_help=True,
+                  rich_markup_mode="rich", epilog=EXAMPLES,
+                  help="attnprof: peak memory and time of attention variants, forward and backward, "
+                       "up to 64K tokens.")
+
+# --- choices, each from its single source -------------------------------------------------------
+Scope = Enum("Scope", {s: s for s in SCOPES}, type=str)
+Dtype = Enum("Dtype", {d: d for d in (*DTYPES, *DTYPE_ALIASES)}, type=str)
 
 
-def build_scenario(scenario: Optional[str], *, variant, mode, scope, batch, heads, head_dim, d_model, layers,
-                   dtype, seq_len, min_len, max_len, tokens_per_batch, forward_only, ff_chunks=None,
-                   base: Optional[Scenario] = None, **extra) -> Scenario:
-    """Flags over a scenario file over defaults -> one validated Scenario."""
-    sc = load_scenario(scenario) if scenario else (base or Scenario())
-    if head_dim is not None and d_model is not None:
-        raise UsageProblem("give --head-dim or --d-model, not both")
-    heads_ = heads if heads is not None else sc.heads
-    if head_dim is not None:
-        if head_dim <= 0:
-            raise UsageProblem(f"--head-dim must be positive, got {head_dim}")
-        d_model = head_dim * heads_
-    if dtype is not None:
-        dtype = canonical_dtype(dtype)
-    for name, value in (("--seq-len", min(seq_len) if seq_len else None), ("--min-len", min_len), ("--max-len", max_len)):
-        if value is not None and value <= 0:
-            raise UsageProblem(f"{name} must be a positive length, got {value}")
-    lengths = tuple(seq_len) if seq_len else (() if (min_len or max_len) else None)
-    modes = tuple(m for item in (mode or []) for m in item.split(",") if m.strip()) or None
-    variants = tuple(variant) if variant else None
-    overrides = dict(variants=variants, modes=modes, scope=scope, batch=batch, heads=heads, d_model=d_model,
-                     layers=layers, dtype=dtype, seq_lens=lengths, min_len=min_len, max_len=max_len,
-                     tokens_per_batch=tokens_per_batch, forward_only=forward_only or None, ff_chunks=ff_chunks, **extra)
-    changed = {k: v for k, v in overrides.items() if v is not None and v != getattr(sc, k)}
-    sc = sc.override(**overrides)
-    if changed:  # the file's description no longer tells the whole story
-        told = ", ".join(f"{k}={list(v) if isinstance(v, tuple) else v}" for k, v in changed.items())
-        sc = sc.override(description=f"{sc.description} [overridden: {told}]".strip())
-    if sc.min_len > sc.max_len and not sc.seq_lens:
-        raise UsageProblem(f"--min-len {sc.min_len} is above --max-len {sc.max_len}")
-    from attnprof.profiler.runner.plan import modes_of, shape_at, variant_specs
+def _variants(values: Optional[List[str]]) -> Optional[List[str]]:
+    """Names and option names against the variants' sources (no torch import); option
+    values that need code to check (a power of two) are checked by the registry later."""
+    if values:
+        from attnprof.scenarios.variants.catalog import label_problem, split_labels
 
-    shape_at(sc, sc.lengths()[0] if sc.lengths() else 1)  # validates d_model/heads/dtype
-    modes_of(sc)
-    for spec in variant_specs(sc):
-        _runs_somewhere(spec, sc)
-    return sc
+        for label in (label for value in values for label in split_labels(value)):
+            problem = label_problem(label)
+            if problem:
+                raise typer.BadParameter(problem)
+    return values
 
 
-def _runs_somewhere(spec, sc: Scenario) -> None:
-    """A variant whose options fit none of the requested lengths is a user error; one
-    that fits only some runs there, and its other points are skipped with the reason."""
-    problems = []
-    for n in sc.lengths():
-        try:
-            spec.check_shape(n, sc.heads, sc.d_model // sc.heads)
-            return
-        except VariantError as exc:
-            problems.append(str(exc))
-    if problems:
-        raise VariantError(problems[-1])
+def _modes(values: Optional[List[str]]) -> Optional[List[str]]:
+    if not values:
+        return values
+    modes = [m.strip() for value in values for m in value.split(",") if m.strip()]
+    for mode in modes:
+        if mode not in MODES:
+            raise typer.BadParameter(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
+    return modes
 
 
-# --- commands ------------------------------------------------------------------------------
+def _device(value: str) -> str:
+    if value in ("auto", "cpu", "cuda") or (value.startswith("cuda:") and value[5:].isdigit()):
+        return value
+    raise typer.BadParameter(f"unknown device {value!r}; choose auto, cpu, cuda or cuda:N")
+
+
+# --- flags shared by predict and sweep: defined once ---------------------------------------------
+WHAT, SHAPE, LENGTHS, MEASURE, OUTPUT = "What to profile", "Model shape", "Sequence lengths", "Measurement", "Output"
+
+VariantOpt = Annotated[Optional[List[str]], typer.Option(
+    "--variant", "-v", metavar="LABEL", callback=_variants, rich_help_panel=WHAT, show_default=False,
+    help="variant label, repeatable or a comma list; options in brackets: [green]lsh\\[n_hashes=8][/] "
+         "or [green]package.module:Class[/]. Default: every variant of [bold]attnprof variants[/].")]
+ModeOpt = Annotated[Optional[List[str]], typer.Option(
+    "--mode", "-m", metavar="MODE", callback=_modes, rich_help_panel=WHAT, show_default=False,
+    help=f"{' | '.join(MODES)}, repeatable or a comma list (scope model). Default: all.")]
+ScopeOpt = Annotated[Optional[Scope], typer.Option(
+    "--scope", rich_help_panel=WHAT, show_default=False,
+    help="model: a stack of --layers pre-norm blocks (default); attention: the core alone (q, k, v -> out).")]
+ScenarioOpt = Annotated[Optional[str], typer.Option(
+    "--scenario", "-s", metavar="NAME|PATH", rich_help_panel=WHAT, show_default=False,
+    help="built-in scenario NAME ([bold]attnprof scenarios[/]) or a TOML PATH; the flags override its values.")]
+BatchOpt = Annotated[Optional[int], typer.Option("--batch", rich_help_panel=SHAPE, help="sequences per step")]
+HeadsOpt = Annotated[Optional[int], typer.Option("--heads", rich_help_panel=SHAPE, help="attention heads")]
+HeadDimOpt = Annotated[Optional[int], typer.Option(
+    "--head-dim", rich_help_panel=SHAPE, help="per-head width; sets d_model = heads x head-dim")]
+DModelOpt = Annotated[Optional[int], typer.Option("--d-model", rich_help_panel=SHAPE, help="model width")]
+LayersOpt = Annotated[Optional[int], typer.Option("--layers", rich_help_panel=SHAPE, help="transformer blocks")]
+DtypeOpt = Annotated[Optional[Dtype], typer.Option("--dtype", rich_help_panel=SHAPE, show_default=False,
+                                                   help="element type (default float32)")]
+FfChunksOpt = Annotated[Optional[int], typer.Option(
+    "--ff-chunks", rich_help_panel=SHAPE, help="apply the feed-forward in N sequence chunks (Reformer)")]
+ForwardOnlyOpt = Annotated[bool, typer.Option(
+    "--forward-only", rich_help_panel=SHAPE, help="forward pass only, no backward")]
+SeqLenOpt = Annotated[Optional[List[int]], typer.Option(
+    "--seq-len", "-n", metavar="N", rich_help_panel=LENGTHS, show_default=False, help="a sequence length, repeatable")]
+MinLenOpt = Annotated[Optional[int], typer.Option(
+    "--min-len", rich_help_panel=LENGTHS, help="smallest power-of-two length")]
+MaxLenOpt = Annotated[Optional[int], typer.Option(
+    "--max-len", rich_help_panel=LENGTHS, help="largest power-of-two length; 65536 = the full range")]
+TokensPerBatchOpt = Annotated[Optional[int], typer.Option(
+    "--tokens-per-batch", rich_help_panel=LENGTHS, help="constant tokens per step: batch = N / length")]
+JsonOpt = Annotated[bool, typer.Option("--json", rich_help_panel=OUTPUT, help="print JSON to stdout, not a table")]
+
+SHARED = ("variant", "mode", "scope", "batch", "heads", "head_dim", "d_model", "layers", "dtype", "ff_chunks",
+          "forward_only", "seq_len", "min_len", "max_len", "tokens_per_batch")
+
+
+def _shared(given: dict) -> dict:
+    """The shared flags, by their api keyword names (variant -> variants, ...)."""
+    flags = {name: given[name] for name in SHARED}
+    scope, dtype = flags.pop("scope"), flags.pop("dtype")
+    return dict(variants=flags.pop("variant"), modes=flags.pop("mode"), seq_lens=flags.pop("seq_len"),
+                scope=scope.value if scope is not None else None, dtype=dtype.value if dtype is not None else None,
+                forward_only=flags.pop("forward_only") or None, **flags)
+
+
+# --- listings (no torch) ------------------------------------------------------------------------
 @app.command()
-def variants():
-    """List the registered attention variants, with their options and papers."""
+def variants(as_json: JsonOpt = False):
+    """List the attention variants: description, paper, options (type, default, meaning)."""
+    from attnprof.scenarios.variants.catalog import StaticReadError, variants as listed
+
+    try:
+        found = [v for v in listed() if not v.hidden]
+    except StaticReadError:  # a construct the reader does not know: ask the registry (imports torch)
+        found = _variants_from_registry()
+    if as_json:
+        import json
+        from dataclasses import asdict
+
+        typer.echo(json.dumps([asdict(v) for v in found], indent=1))
+        return
+    for v in found:
+        typer.echo(f"{v.name:<15} {v.description}")
+        if v.paper:
+            typer.echo(f"{'':<15} paper: {v.paper}")
+        for o in v.options:
+            typer.echo(f"{'':<15} option {o.name} ({o.type}, default {o.default}): {o.help}")
+
+
+def _variants_from_registry() -> list:
+    from attnprof.scenarios.variants.catalog import OptionInfo, VariantInfo
     from attnprof.scenarios.variants.registry import get_variant, variant_names
 
+    out = []
     for name in variant_names():
         cls = get_variant(name)
-        if getattr(cls, "hidden", False):
-            continue
-        typer.echo(f"{name:<15} {cls.description}")
-        typer.echo(f"{'':<15} paper: {cls.paper}")
-        typer.echo(f"{'':<15} options: {cls.options_help()}")
+        if not getattr(cls, "hidden", False):
+            options = tuple(OptionInfo(k, o.type.__name__, o.default, o.help) for k, o in cls.OPTIONS.items())
+            out.append(VariantInfo(name, cls.description, cls.paper, options))
+    return out
 
 
 @app.command()
 def scenarios():
     """List the built-in scenario files (use with --scenario NAME)."""
-    from attnprof.scenarios.scenario import preset_names
+    from attnprof.scenarios.scenario import load_scenario, preset_names
 
     for name in preset_names():
         typer.echo(f"{name:<20} {load_scenario(name).description}")
 
 
-@app.command()
-def predict(
-    variant: Optional[List[str]] = VARIANT,
-    mode: Optional[List[str]] = MODE,
-    scope: Optional[str] = SCOPE,
-    scenario: Optional[str] = typer.Option(None, "--scenario", help="take shape and variants from a scenario"),
-    batch: Optional[int] = typer.Option(None, help="sequences per step"),
-    heads: Optional[int] = typer.Option(None, help="attention heads"),
-    head_dim: Optional[int] = typer.Option(None, "--head-dim", help="per-head width (sets d_model = heads x head_dim)"),
-    d_model: Optional[int] = typer.Option(None, "--d-model", help="model width"),
-    layers: Optional[int] = typer.Option(None, help="transformer blocks"),
-    dtype: Optional[str] = typer.Option(None, help="float32 | bfloat16 | float16 | float64"),
-    seq_len: Optional[List[int]] = SEQ_LEN,
-    min_len: Optional[int] = typer.Option(None, "--min-len", help="smallest power-of-two length"),
-    max_len: Optional[int] = typer.Option(None, "--max-len", help="largest power-of-two length"),
-    tokens_per_batch: Optional[int] = typer.Option(None, "--tokens-per-batch", help="batch = N / seq_len at each length"),
-    ff_chunks: Optional[int] = typer.Option(None, "--ff-chunks", help="feed-forward in N sequence chunks"),
-    forward_only: bool = typer.Option(False, "--forward-only", help="forward pass only, no backward"),
-    budget: Optional[str] = typer.Option(None, help="e.g. 80GiB: longest power-of-two length that fits"),
-    as_json: bool = typer.Option(False, "--json", help="print a JSON array of records"),
-):
-    """Predict peak memory and FLOPs without allocating (fake tensors, any machine)."""
-    from attnprof.profiler.runner.predict import predict_points, longest_fitting
+# --- predict ------------------------------------------------------------------------------------
+@app.command(epilog="[bold]Examples[/]\n\n"
+             "  attnprof predict --variant full --scope attention --batch 1 --heads 1 --head-dim 64 "
+             "--seq-len 65536 --forward-only\n\n"
+             "  attnprof predict --d-model 1024 --heads 16 --layers 12 --dtype bf16 --budget 80GiB")
+def predict(variant: VariantOpt = None, mode: ModeOpt = None, scope: ScopeOpt = None, scenario: ScenarioOpt = None,
+            batch: BatchOpt = None, heads: HeadsOpt = None, head_dim: HeadDimOpt = None, d_model: DModelOpt = None,
+            layers: LayersOpt = None, dtype: DtypeOpt = None, ff_chunks: FfChunksOpt = None,
+            forward_only: ForwardOnlyOpt = False, seq_len: SeqLenOpt = None, min_len: MinLenOpt = None,
+            max_len: MaxLenOpt = None, tokens_per_batch: TokensPerBatchOpt = None,
+            budget: Annotated[Optional[str], typer.Option(
+                "--budget", metavar="SIZE", rich_help_panel=LENGTHS,
+                help="a memory size, e.g. 80GiB: the longest power-of-two length that fits, per variant x mode")] = None,
+            as_json: JsonOpt = False):
+    """Predict peak memory and FLOPs without allocating (fake tensors, any machine; 65536 tokens by default)."""
+    from attnprof import api
 
-    budget_bytes = None
-    if budget is not None:
-        try:
-            budget_bytes = parse_bytes(budget)
-        except ValueError as exc:
-            raise UsageProblem(str(exc)) from None
-    defaults = Scenario(min_len=65536, max_len=65536)
-    sc = build_scenario(scenario, base=defaults, variant=variant, mode=mode, scope=scope, batch=batch, heads=heads,
-                        head_dim=head_dim, d_model=d_model, layers=layers, dtype=dtype, seq_len=seq_len,
-                        min_len=min_len, max_len=max_len, tokens_per_batch=tokens_per_batch,
-                        forward_only=forward_only, ff_chunks=ff_chunks)
-    if budget_bytes is not None:
-        start = 1 << max(0, (min_len or 256) - 1).bit_length()  # the first power of two >= --min-len
-        rows = longest_fitting(sc, budget_bytes, start=start, limit=max_len)
-    else:
-        rows = predict_points(sc)
+    result = api.predict(scenario, budget=budget, **_shared(locals()))
     if as_json:
-        typer.echo(json.dumps(rows, indent=1))
+        import json
+
+        typer.echo(json.dumps(result.records, indent=1))
     else:
-        from attnprof.profiler.runner.predict import format_table
-
-        typer.echo(format_table(rows, budget_bytes))
+        typer.echo(result.table())
 
 
+# --- sweep --------------------------------------------------------------------------------------
+@app.command(epilog="[bold]Examples[/]\n\n"
+             "  attnprof sweep --out runs/first                [dim]# the default scenario, a few minutes on a CPU[/]\n\n"
+             "  attnprof sweep --max-len 65536 --device cpu --d-model 128 --heads 4 --layers 1\n\n"
+             "  attnprof sweep --scenario reformer-hashes --device cpu\n\n"
+             "  attnprof sweep --out runs/first --resume       [dim]# complete an interrupted run[/]")
+def sweep(variant: VariantOpt = None, mode: ModeOpt = None, scope: ScopeOpt = None, scenario: ScenarioOpt = None,
+          batch: BatchOpt = None, heads: HeadsOpt = None, head_dim: HeadDimOpt = None, d_model: DModelOpt = None,
+          layers: LayersOpt = None, dtype: DtypeOpt = None, ff_chunks: FfChunksOpt = None,
+          forward_only: ForwardOnlyOpt = False, seq_len: SeqLenOpt = None, min_len: MinLenOpt = None,
+          max_len: MaxLenOpt = None, tokens_per_batch: TokensPerBatchOpt = None,
+          device: Annotated[str, typer.Option(
+              "--device", metavar="DEVICE", callback=_device, rich_help_panel=MEASURE,
+              help="auto (a GPU if there is one) | cpu | cuda | cuda:N")] = "auto",
+          repeats: Annotated[Optional[int], typer.Option(
+              "--repeats", rich_help_panel=MEASURE, help="timed steps per point")] = None,
+          warmup: Annotated[Optional[int], typer.Option(
+              "--warmup", rich_help_panel=MEASURE, help="untimed warm-up steps per point")] = None,
+          point_timeout: Annotated[Optional[float], typer.Option(
+              "--point-timeout", rich_help_panel=MEASURE, help="seconds before a point is killed")] = None,
+          mem_limit: Annotated[Optional[str], typer.Option(
+              "--mem-limit", metavar="SIZE", rich_help_panel=MEASURE,
+              help="skip points predicted above this size (default: 80% of free RAM, or the GPU's memory)")] = None,
+          out: Annotated[Optional[Path], typer.Option(
+              "--out", "-o", rich_help_panel=OUTPUT, help="run folder (default runs/sweep-TIMESTAMP)")] = None,
+          resume: Annotated[bool, typer.Option(
+              "--resume", rich_help_panel=OUTPUT, help="complete an interrupted run folder")] = False,
+          report: Annotated[bool, typer.Option(
+              "--report/--no-report", rich_help_panel=OUTPUT, help="write report.html into the run folder")] = True,
+          quiet: Annotated[bool, typer.Option(
+              "--quiet", "-q", rich_help_panel=OUTPUT, help="no progress on stderr")] = False):
+    """Measure every variant x mode x length, each point in its own process: results.jsonl, then report.html."""
+    from attnprof import api
+    from attnprof.profiler.units import fmt_bytes
+
+    def banner(run: api.SweepRun) -> None:  # after every check: a refusal prints only its error
+        typer.echo(f"attnprof sweep: scenario {run.scenario.name}, device {run.device}, "
+                   f"memory limit {fmt_bytes(run.mem_limit_bytes)}, out {run.out}", err=True)
+
+    run = api.sweep(scenario, **_shared(locals()), repeats=repeats, warmup=warmup, point_timeout_s=point_timeout,
+                    device=device, mem_limit=mem_limit, out=out, resume=resume, report=report, progress=not quiet,
+                    on_start=banner, log=lambda line: typer.echo(line, err=True))
+    _print_outcome(run)
+    if run.interrupted:
+        typer.echo(f"interrupted: every finished point is in {run.results_path}; "
+                   f"complete it with: attnprof sweep ... --out {run.out} --resume", err=True)
+        raise typer.Exit(run.exit_code)
+    if run.report_path:
+        typer.echo(f"report: {run.report_path}")
+    typer.echo(f"results: {run.results_path}")
+
+
+def _print_outcome(run) -> None:
+    from attnprof.profiler.runner.summary import print_summary
+
+    s = run.summary
+    print_summary(run.records())
+    typer.echo(f"wall {s.wall_s:.1f} s for {len(s.records)} new points, {s.kept} kept from before; "
+               f"{s.compute_s:.1f} s inside the points' processes (x{s.wall_s / max(s.compute_s, 1e-9):.2f}), "
+               f"{s.timed_s:.1f} s of timed forward/backward passes (x{s.wall_s / max(s.timed_s, 1e-9):.2f})"
+               + (f"; capacity predictions {run.capacity_s:.1f} s" if run.capacity_s else ""))
+
+
+# --- report and gate ----------------------------------------------------------------------------
 @app.command()
-def sweep(
-    variant: Optional[List[str]] = VARIANT,
-    mode: Optional[List[str]] = MODE,
-    scope: Optional[str] = SCOPE,
-    scenario: Optional[str] = typer.Option(None, "--scenario", help="built-in scenario NAME or a TOML PATH (default: default)"),
-    batch: Optional[int] = typer.Option(None, help="sequences per step"),
-    heads: Optional[int] = typer.Option(None, help="attention heads"),
-    head_dim: Optional[int] = typer.Option(None, "--head-dim", help="per-head width (sets d_model = heads x head_dim)"),
-    d_model: Optional[int] = typer.Option(None, "--d-model", help="model width"),
-    layers: Optional[int] = typer.Option(None, help="transformer blocks"),
-    dtype: Optional[str] = typer.Option(None, help="float32 | bfloat16 | float16 | float64"),
-    seq_len: Optional[List[int]] = SEQ_LEN,
-    min_len: Optional[int] = typer.Option(None, "--min-len", help="smallest power-of-two length"),
-    max_len: Optional[int] = typer.Option(None, "--max-len", help="largest power-of-two length (65536 = the full range)"),
-    tokens_per_batch: Optional[int] = typer.Option(None, "--tokens-per-batch", help="batch = N / seq_len at each length"),
-    ff_chunks: Optional[int] = typer.Option(None, "--ff-chunks", help="feed-forward in N sequence chunks"),
-    forward_only: bool = typer.Option(False, "--forward-only", help="forward pass only"),
-    device: str = typer.Option("auto", help="auto | cpu | cuda"),
-    repeats: Optional[int] = typer.Option(None, help="timed repetitions per point"),
-    warmup: Optional[int] = typer.Option(None, help="untimed warm-up steps per point"),
-    point_timeout: Optional[float] = typer.Option(None, "--point-timeout", help="seconds before a point is killed"),
-    mem_limit: Optional[str] = typer.Option(None, "--mem-limit", help="skip points predicted above this (default: 80% of free RAM, or the GPU's memory)"),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="run folder (default runs/sweep-TIMESTAMP)"),
-    resume: bool = typer.Option(False, "--resume", help="complete an interrupted run folder"),
-    report: bool = typer.Option(True, "--report/--no-report", help="render report.html into the run folder"),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress lines"),
-):
-    """Measure every variant x mode x length, each point in its own process; writes results.jsonl and a report."""
-    from datetime import datetime
-
-    from attnprof.profiler.runner.summary import summary_table
-    from attnprof.profiler.runner.sweep import SweepSettings, resolve_device, run_sweep
-
-    for name, value in (("--repeats", repeats), ("--point-timeout", point_timeout)):
-        if value is not None and value <= 0:
-            raise UsageProblem(f"{name} must be positive, got {value}")
-    if warmup is not None and warmup < 0:
-        raise UsageProblem(f"--warmup must not be negative, got {warmup}")
-    sc = build_scenario(scenario or "default", variant=variant, mode=mode, scope=scope, batch=batch, heads=heads,
-                        head_dim=head_dim, d_model=d_model, layers=layers, dtype=dtype, seq_len=seq_len,
-                        min_len=min_len, max_len=max_len, tokens_per_batch=tokens_per_batch,
-                        forward_only=forward_only, ff_chunks=ff_chunks, repeats=repeats, warmup=warmup,
-                        point_timeout_s=point_timeout)
-    resolved = resolve_device(device)
-    limit = None
-    if mem_limit is not None:
-        try:
-            limit = parse_bytes(mem_limit)
-        except ValueError as exc:
-            raise UsageProblem(str(exc)) from None
-    else:
-        from attnprof.profiler.measure.gpu import default_memory_limit_bytes
-
-        limit = default_memory_limit_bytes(resolved)
-    out = out or Path("runs") / f"sweep-{datetime.now():%Y%m%d-%H%M%S}"
-    settings = SweepSettings(device=resolved, mem_limit_bytes=limit, warmup=sc.warmup, repeats=sc.repeats,
-                             point_timeout_s=sc.point_timeout_s)
-    typer.echo(f"attnprof sweep: scenario {sc.name}, device {resolved}, memory limit {fmt_bytes(limit)}, out {out}", err=True)
-    summary = run_sweep(sc, out, settings, resume=resume, show_progress=not quiet)
-    from attnprof.profiler.runner.storage import load_run
-
-    typer.echo(summary_table(load_run(out)))
-    typer.echo(f"wall {summary.wall_s:.1f} s for {len(summary.records)} new points, {summary.kept} kept from before; "
-               f"{summary.compute_s:.1f} s inside the points' processes (x{summary.wall_s / max(summary.compute_s, 1e-9):.2f}), "
-               f"{summary.timed_s:.1f} s of timed forward/backward passes (x{summary.wall_s / max(summary.timed_s, 1e-9):.2f})")
-    if summary.interrupted:
-        typer.echo(f"interrupted: every finished point is in {out}/results.jsonl; "
-                   f"complete it with: attnprof sweep ... --out {out} --resume", err=True)
-        raise typer.Exit(130)
-    if report:
-        _capacity_for_report(sc, out)
-        _render(out, None, None)
-    typer.echo(f"results: {out}/results.jsonl")
-
-
-def _capacity_for_report(sc: Scenario, out: Path) -> None:
-    """Predict the lengths that decide the report's "longest length that fits" table, so
-    none of its figures is an extrapolation (fake tensors; about a minute on 2 cores)."""
-    import time
-
-    from attnprof.profiler.runner.predict import capacity_predictions
-    from attnprof.reports.capacity import BUDGETS_GIB, add_predictions
-
-    started = time.perf_counter()
-    typer.echo("predicting the longest length that fits 16-141 GiB for the report (fake tensors) ...", err=True)
-    entries = capacity_predictions(sc, tuple(BUDGETS_GIB))
-    add_predictions(out, entries)
-    typer.echo(f"  {len(entries)} predictions in {time.perf_counter() - started:.1f} s", err=True)
-
-
-def _render(run_dir: Path, output: Optional[Path], baseline: Optional[Path], seconds: float = 7.0) -> None:
-    from attnprof.reports.render import render_report
-
-    path = render_report(run_dir, output, baseline, seconds=seconds)
-    typer.echo(f"report: {path}")
-
-
-@app.command()
-def report(
-    run_dir: Path = typer.Argument(..., help="a sweep's run folder"),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="HTML path (default RUN_DIR/report.html)"),
-    baseline: Optional[Path] = typer.Option(None, "--baseline", help="another run folder to compare against"),
-    seconds: float = typer.Option(7.0, "--seconds", help="time for capacity predictions the run lacks; 0 = none"),
-):
+def report(run_dir: Annotated[Path, typer.Argument(help="a sweep's run folder")],
+           output: Annotated[Optional[Path], typer.Option(
+               "--output", "-o", help="HTML file to write (default RUN_DIR/report.html)")] = None,
+           baseline: Annotated[Optional[Path], typer.Option(
+               "--baseline", help="what to compare against: another run folder")] = None,
+           seconds: Annotated[float, typer.Option(
+               "--seconds", help="time for capacity predictions the run lacks; 0 = none")] = 7.0):
     """Render a self-contained HTML report with PNG charts from a run folder."""
-    if seconds < 0:
-        raise UsageProblem(f"--seconds must not be negative, got {seconds}")
-    _render(run_dir, output, baseline, seconds)
+    from attnprof import api
+
+    typer.echo(f"report: {api.report(run_dir, output=output, baseline=baseline, seconds=seconds)}")
 
 
-@app.command()
-def gate(
-    run_dir: Optional[Path] = typer.Argument(None, help="a sweep's run folder"),
-    baseline: Path = typer.Option(..., "--baseline", help="committed baseline JSON"),
-    tolerance: str = typer.Option("2%", "--tolerance", help="relative tolerance, e.g. 2%"),
-    abs_tolerance: str = typer.Option("64KiB", "--abs-tolerance", help="absolute tolerance floor, e.g. 64KiB, 1MiB or 0"),
-    allow_missing: bool = typer.Option(False, "--allow-missing", help="points missing on either side are not errors"),
-    markdown: Optional[Path] = typer.Option(None, "--markdown", help="write a Markdown summary here"),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="write the comparison as JSON here"),
-    update: bool = typer.Option(False, "--update", help="write/refresh the baseline from RUN_DIR"),
-    run: Optional[str] = typer.Option(None, "--run", help="run this scenario (CPU) instead of reading RUN_DIR"),
-):
-    """Fail (exit 1) when any point's deterministic memory grew beyond tolerance; exit 2 when not comparable."""
-    from attnprof.profiler.gate import run_gate
+@app.command(epilog="[bold]Examples[/]\n\n"
+             "  attnprof gate --baseline .ci/baseline.json runs/ci --json-out runs/ci/gate.json\n\n"
+             "  attnprof gate --baseline .ci/baseline.json runs/ci --update   [dim]# accept the new figures[/]")
+def gate(run_dir: Annotated[Optional[Path], typer.Argument(help="a sweep's run folder")] = None,
+         baseline: Annotated[Path, typer.Option("--baseline", help="what to compare against: the committed "
+                                                                   "baseline JSON")] = ...,
+         tolerance: Annotated[str, typer.Option("--tolerance", help="relative tolerance, e.g. 2%")] = "2%",
+         abs_tolerance: Annotated[str, typer.Option(
+             "--abs-tolerance", help="absolute tolerance floor, e.g. 64KiB, 1MiB or 0")] = "64KiB",
+         allow_missing: Annotated[bool, typer.Option(
+             "--allow-missing", help="points missing on either side are not errors")] = False,
+         markdown: Annotated[Optional[Path], typer.Option(
+             "--markdown", help="write a Markdown summary to this file")] = None,
+         json_out: Annotated[Optional[Path], typer.Option(
+             "--json-out", help="write the comparison as JSON to this file")] = None,
+         update: Annotated[bool, typer.Option("--update", help="write/refresh the baseline from RUN_DIR")] = False,
+         run: Annotated[Optional[str], typer.Option(
+             "--run", help="sweep this scenario on the CPU first, into RUN_DIR or a temporary folder")] = None):
+    """Fail (exit 1) when a point's deterministic peak memory grew beyond tolerance; exit 2 when not comparable."""
+    from attnprof import api
 
-    if run is not None:
-        run_dir = _gate_run(run, run_dir)
-    if run_dir is None:
-        raise UsageProblem("give RUN_DIR or --run SCENARIO")
-    code = run_gate(baseline, run_dir, tolerance_pct=tolerance, abs_tolerance_bytes=abs_tolerance, allow_missing=allow_missing,
-                    markdown_file=markdown, json_file=json_out, update=update, out=_echo_routed)
-    raise typer.Exit(code)
-
-
-def _echo_routed(line: str) -> None:
-    """Errors to stderr, everything else to stdout."""
-    typer.echo(line, err=str(line).startswith("error: "))
+    result = api.gate(run_dir, baseline=baseline, tolerance=tolerance, abs_tolerance=abs_tolerance,
+                      allow_missing=allow_missing, markdown=markdown, json_out=json_out, update=update,
+                      run_scenario=run, log=lambda line: typer.echo(line, err=line.startswith("error: ")))
+    raise typer.Exit(result.exit_code)
 
 
-def _gate_run(scenario_name: str, run_dir: Optional[Path]) -> Path:
-    import tempfile
-
-    from attnprof.profiler.runner.sweep import SweepSettings, run_sweep
-
-    sc = load_scenario(scenario_name)
-    out = run_dir or Path(tempfile.mkdtemp(prefix="attnprof-gate-"))
-    settings = SweepSettings(device="cpu", warmup=sc.warmup, repeats=sc.repeats, point_timeout_s=sc.point_timeout_s)
-    run_sweep(sc, out, settings, resume=True, show_progress=False)
-    return out
-
-
-def main() -> None:
-    """Console entry point: one-line errors, exit 2, no tracebacks for user mistakes."""
-    errors = user_errors()
+# --- the console entry point ---------------------------------------------------------------------
+def main(argv: Optional[List[str]] = None) -> None:
+    """``attnprof``: like ``app()``, but a usage error (an unknown flag, a value of the
+    wrong type) is one ``error: ...`` line and exit 2, as every other mistake."""
+    args = list(sys.argv[1:] if argv is None else argv) or ["--help"]
     try:
-        code = app(standalone_mode=False)
-    except NoArgsIsHelpError as exc:
-        typer.echo(exc.ctx.get_help() if exc.ctx else str(exc))
-        sys.exit(0)
-    except ClickException as exc:
-        typer.echo(f"error: {exc.format_message().splitlines()[0]}", err=True)
-        sys.exit(2)
-    except KeyboardInterrupt:
+        code = app(args=args, prog_name="attnprof", standalone_mode=False)
+    except UserError as exc:  # raised outside a command (e.g. in a flag's callback)
+        typer.echo(f"error: {one_line(exc)}", err=True)
+        sys.exit(getattr(exc, "exit_code", EXIT_USAGE))
+    except typer.TyperException as exc:  # a parsing error: unknown flag, bad value, missing argument
+        typer.echo(f"error: {one_line(exc.format_message())}", err=True)
+        sys.exit(EXIT_USAGE)
+    except typer.Abort:
         typer.echo("interrupted", err=True)
-        sys.exit(130)
-    except errors as exc:
-        typer.echo(f"error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", err=True)
-        sys.exit(2)
+        sys.exit(EXIT_INTERRUPTED)
     sys.exit(code if isinstance(code, int) else 0)
 
 

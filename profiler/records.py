@@ -123,6 +123,13 @@ class Point:
         return json.dumps(self.key())
 
 
+def variant_family(label) -> str:
+    """'lsh[n_hashes=8]' -> 'lsh': the variant's name without its options. Pure string
+    work: nothing is resolved or imported (a label read from a file is data, not code)."""
+    text = str(label)
+    return text.split("[", 1)[0].strip() or text
+
+
 # Derived from the dataclasses above: Point's own fields with the Shape expanded in place.
 IDENTITY_FIELDS = tuple(
     name for f in fields(Point) for name in ([g.name for g in fields(Shape)] if f.name == "shape" else [f.name]))

@@ -1,18 +1,29 @@
-"""Parsing and printing of byte sizes, percentages and FLOP counts."""
+"""How attnprof reads and prints sizes, lengths, times and percentages: one place, so a
+number prints the same way in the terminal, the gate's summaries and the report.
+
+Bytes print in binary units with two decimals (``1.50 KiB``, ``4.00 MiB``); a missing
+value (None, NaN) prints as ``blank`` ("-" unless the caller chooses another text).
+"""
 
 from __future__ import annotations
 
+import math
 import re
+
+KIB, MIB, GIB, TIB, PIB = (1 << 10), (1 << 20), (1 << 30), (1 << 40), (1 << 50)
+MISSING = "-"  # what a missing number prints as, unless the caller says otherwise
 
 _UNITS = {
     "": 1, "b": 1,
     "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
-    "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40,
+    "kib": KIB, "mib": MIB, "gib": GIB, "tib": TIB,
+    "k": KIB, "m": MIB, "g": GIB, "t": TIB,
 }
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*$")
+_BYTE_UNITS = (("PiB", PIB), ("TiB", TIB), ("GiB", GIB), ("MiB", MIB), ("KiB", KIB))
 
 
+# --- reading --------------------------------------------------------------------------------
 def parse_bytes(text: str | int, allow_zero: bool = False) -> int:
     """'80GiB' -> 85899345920; '1.5 GB' -> 1500000000; bare numbers are bytes."""
     match = _SIZE.match(str(text))
@@ -20,37 +31,84 @@ def parse_bytes(text: str | int, allow_zero: bool = False) -> int:
     if not match or unit not in _UNITS:
         raise ValueError(f"cannot parse size {text!r}; use e.g. 80GiB, 512MiB, 16GB or a byte count")
     value = float(match[1]) * _UNITS[unit]
-    if value < 0 or (value == 0 and not allow_zero):
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
         raise ValueError(f"size {text!r} must be positive")
     return int(value)
 
 
-def parse_percent(text: str) -> float:
-    """'2%' or '2' -> 2.0 (percent)."""
+def parse_percent(text: str | float) -> float:
+    """'2%' or '2' -> 2.0 (percent). Refuses negative and non-finite values (nan, inf)."""
     raw = str(text).strip().rstrip("%").strip()
     try:
         value = float(raw)
     except ValueError:
         raise ValueError(f"cannot parse percentage {text!r}; use e.g. 2%") from None
+    if not math.isfinite(value):
+        raise ValueError(f"percentage {text!r} must be a finite number")
     if value < 0:
         raise ValueError(f"percentage {text!r} must not be negative")
     return value
 
 
-def fmt_bytes(n) -> str:
-    if n is None:
-        return "-"
+# --- printing -------------------------------------------------------------------------------
+def missing(value) -> bool:
+    """None, NaN (pandas' missing number) or pandas.NA."""
+    if value is None:
+        return True
+    try:
+        return bool(value != value)  # NaN is the one value unequal to itself
+    except (TypeError, ValueError):  # pandas.NA refuses bool()
+        return True
+
+
+def fmt_bytes(n, blank: str = MISSING) -> str:
+    """4194304 -> '4.00 MiB'; 1536 -> '1.50 KiB'; 512 -> '512 B'; missing -> ``blank``."""
+    if missing(n):
+        return blank
     n = float(n)
-    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+    if not math.isfinite(n):
+        return f"{n} B"
+    for unit, size in _BYTE_UNITS:
         if abs(n) >= size:
             return f"{n / size:.2f} {unit}"
     return f"{int(n)} B"
 
 
-def fmt_flops(n) -> str:
-    if n is None:
-        return "-"
+def fmt_flops(n, blank: str = MISSING) -> str:
+    if missing(n):
+        return blank
     for unit, size in (("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6)):
         if n >= size:
             return f"{n / size:.2f} {unit}"
     return f"{int(n)} FLOP"
+
+
+def fmt_len(n, blank: str = MISSING) -> str:
+    """Token counts as people say them: 256, 4K, 64K, 1M (exact powers of two only)."""
+    if missing(n):
+        return blank
+    n = int(n)
+    for shift, suffix in ((20, "M"), (10, "K")):
+        if n >= (1 << shift) and n % (1 << shift) == 0:
+            return f"{n >> shift}{suffix}"
+    return str(n)
+
+
+def fmt_ms(value, blank: str = MISSING) -> str:
+    """Milliseconds to three significant digits, switching to seconds from 1000 ms."""
+    if missing(value):
+        return blank
+    value = float(value)
+    if value >= 1000:
+        return f"{value / 1000:.3g} s"
+    return f"{value:.3g} ms"
+
+
+def fmt_pct(value, blank: str = MISSING) -> str:
+    """A signed change in percent: +11.1%."""
+    return blank if missing(value) else f"{value:+.1f}%"
+
+
+def mpl_text(text) -> str:
+    """A label matplotlib shows verbatim: '$' would start mathtext (and can fail to parse)."""
+    return str(text).replace("$", r"\$")

@@ -6,6 +6,8 @@ lengths, from ``attnprof.profiler.measure.accounting.predict`` (fake tensors, no
 called only at the lengths that decide a boundary and only within a time budget. Where
 the budget runs out, the figure is a log-log extrapolation and is marked as such.
 Predictions are cached in the run folder: a later render starts where this one stopped.
+Only built-in variants are predicted (``reports.builtins``): a plug-in's label in a
+results file is data, and its curve is drawn from the run's own records.
 """
 
 from __future__ import annotations
@@ -20,10 +22,10 @@ from typing import Callable, Optional
 
 import pandas as pd
 
-from attnprof.profiler.records import Point
-from attnprof.reports.scaling import expected_exponents
-from attnprof.reports.units import GIB, fmt_len
-from attnprof.profiler.records import Shape
+from attnprof.errors import UserError
+from attnprof.profiler.records import Point, Shape
+from attnprof.profiler.units import GIB, fmt_len
+from attnprof.reports.builtins import expected_exponents, is_builtin
 
 # Budgets in GiB, with GPUs that have about that much memory.
 BUDGETS_GIB = {16: "V100 16GB, T4", 24: "RTX 4090, A10", 40: "A100 40GB", 80: "A100/H100 80GB", 141: "H200"}
@@ -34,6 +36,8 @@ Predictor = Callable[[Point], int]
 
 
 def default_predictor(point: Point) -> int:
+    if not is_builtin(point.variant):  # capacity() never asks; a second lock on the same door
+        raise UserError(f"{point.variant!r} is not a built-in variant; reports predict built-ins only")
     from attnprof.profiler.measure.accounting import predict  # torch machinery: import on first use
 
     return predict(point, count_flops=False).peak_bytes
@@ -179,6 +183,11 @@ def _predict(curve: Curve, n: int, predictor: Predictor, cache: dict) -> int:
     return 0
 
 
+def not_predicted(variant: str) -> str:
+    return (f"{variant!r} is not a built-in variant, so it is not predicted here (a report never imports "
+            f"code a results file names); its figures come from the run's own records")
+
+
 def _curve(rows: pd.DataFrame, cache: dict) -> Curve:
     first = rows.iloc[0]
     batch_of = _batch_rule(rows)
@@ -190,13 +199,15 @@ def _curve(rows: pd.DataFrame, cache: dict) -> Curve:
         return Point(str(first["variant"]), str(first["mode"]), str(first["scope"]), shape, bool(first["forward_only"]))
 
     curve = Curve(str(first["series"]), str(first["panel"]), make_point, _memory_exponent(str(first["variant"])))
+    if not is_builtin(str(first["variant"])):
+        curve.problem = not_predicted(str(first["variant"]))
     for n, value in zip(rows["seq_len"], rows["predicted_peak_bytes"]):
         if not pd.isna(value):
             curve.known[int(n)] = float(value)
     for n in range(MIN_EXP, MAX_EXP + 1):  # earlier renders' predictions
         try:
             value = cache.get(make_point(1 << n).key_text())
-        except ValueError:  # a shape that cannot exist (cannot happen for sane runs)
+        except Exception:  # a shape that cannot exist (cannot happen for sane runs)
             value = None
         if value is not None:
             curve.known.setdefault(1 << n, float(value))

@@ -16,7 +16,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocat
 from attnprof.reports.capacity import MAX_EXP, MIN_EXP, Capacity, fit_text
 from attnprof.reports.data import panels, series_order
 from attnprof.reports.palette import colours, markers
-from attnprof.reports.units import fmt_bytes, fmt_len, fmt_ms, mpl_text
+from attnprof.profiler.units import fmt_bytes, fmt_len, fmt_ms, mpl_text
 
 DPI = 110  # fixed: the same run renders the same pixels
 PANEL_W, PANEL_H, LEGEND_W = 3.8, 3.6, 2.8  # inches
@@ -29,8 +29,11 @@ def save(fig: Figure, path: Path) -> Path:
 
 
 def legend_label(text: str, width: int = 26) -> str:
-    """Long option labels wrap at commas: 'lsh[n_hashes=8,' / 'bucket_size=64]'."""
-    return "\n".join(textwrap.wrap(mpl_text(text).replace(",", ", "), width)) or mpl_text(text)
+    """Long option labels wrap at commas: 'lsh[n_hashes=8,' / 'bucket_size=64]'. A label
+    starting with '_' gets a leading space: matplotlib would drop it from the legend."""
+    text = mpl_text(text)
+    text = " " + text if text.startswith("_") else text
+    return "\n".join(textwrap.wrap(text.replace(",", ", "), width)) or text
 
 
 def _figure(n_panels: int, height: float = PANEL_H, sharey: bool = True) -> tuple[Figure, list]:

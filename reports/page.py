@@ -34,7 +34,7 @@ td.status-oom, td.status-crashed, td.status-error { background: #fde8e8; color: 
 td.status-timeout, td.status-skipped { background: #fff4d6; color: #7a5300; }
 tr.regression > * { background: #fde8e8; } tr.regression td.verdict { color: #9b1c1c; font-weight: 700; }
 tr.improvement > * { background: #e6f6ea; } tr.improvement td.verdict { color: #1e7b34; font-weight: 700; }
-tr.changed > *, tr.new > *, tr.gone > * { background: #f2f4f8; }
+tr.changed > *, tr.new > *, tr.gone > *, tr.slower > *, tr.faster > * { background: #f2f4f8; }
 .note { color: #5b6475; font-size: 13px; max-width: 1100px; }
 """
 
@@ -60,7 +60,7 @@ def image(path: Path, alt: str, caption: str) -> str:
 
 
 def paragraph(text: str, cls: str = "") -> str:
-    return f'<p{f" class={chr(34)}{cls}{chr(34)}" if cls else ""}>{escape(text)}</p>'
+    return f'<p{f" class={chr(34)}{escape(cls)}{chr(34)}" if cls else ""}>{escape(text)}</p>'
 
 
 def document(title: str, meta: list[str], sections: list[Section]) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from matplotlib import colormaps
 
-from attnprof.reports.data import family_of
+from attnprof.profiler.records import variant_family
 
 # A family of one gets the tab10 colour (designed to be told apart); a larger family gets
 # shades of the sequential map of the same hue.
@@ -19,7 +19,7 @@ def colours(series: list[str]) -> dict[str, tuple]:
     """series label -> RGBA; series of a family get shades of its hue, darkest first."""
     families: dict[str, list[str]] = {}
     for s in series:
-        families.setdefault(family_of(s), []).append(s)
+        families.setdefault(variant_family(s), []).append(s)
     out = {}
     for i, (fam, members) in enumerate(families.items()):
         k = len(members)
@@ -37,7 +37,7 @@ def markers(series: list[str]) -> dict[str, str]:
     seen: dict[str, int] = {}
     out = {}
     for s in series:
-        fam = family_of(s)
+        fam = variant_family(s)
         out[s] = _MARKERS[seen.get(fam, 0) % len(_MARKERS)]
         seen[fam] = seen.get(fam, 0) + 1
     return out

@@ -13,7 +13,7 @@ from attnprof.reports.capacity import BUDGETS_GIB, CACHE_FILE, Capacity, capacit
 from attnprof.reports.data import ReportError, Run, load, one_line, panels
 from attnprof.reports.diff import compare, diff_table
 from attnprof.reports.scaling import slopes
-from attnprof.reports.units import GIB, fmt_bytes
+from attnprof.profiler.units import GIB, fmt_bytes
 
 __all__ = ["ReportError", "render_report"]
 
@@ -147,8 +147,8 @@ SCALING_NOTE = (
     "variant's complexity at scope attention (default options). At scope model the stack adds terms "
     "linear in length (projections, feed-forward, norms, residuals) and constant ones (parameters), so "
     "fitted memory slopes there fall short of the expected exponent at short lengths and near it only "
-    "at long ones. Highlighted: scope attention slopes more than 0.25 off. '?': a variant this "
-    "installation cannot resolve.")
+    "at long ones. Highlighted: scope attention slopes more than 0.25 off. '?': not a built-in variant "
+    "(a report never imports a plug-in named in a results file) or one this installation cannot resolve.")
 CAPTIONS = {
     "memory": "Peak memory against sequence length, log-log, one panel per mode. Solid lines and filled markers: "
               "measured; dashed lines and hollow markers: predicted; x: a point that did not finish "

@@ -1,5 +1,6 @@
 """Fitted log-log slopes of memory and time in sequence length, beside the exponents
-each variant's algorithm predicts (``Attention.complexity``)."""
+each variant's algorithm predicts (``Attention.complexity``; built-in variants only, see
+``reports.builtins``)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,8 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
+from attnprof.reports.builtins import expected_exponents
 from attnprof.reports.data import panels, series_order
-from attnprof.scenarios.variants.base import VariantError
-from attnprof.scenarios.variants.registry import parse_variant
 
 
 @dataclass
@@ -35,15 +35,6 @@ def fit_slope(lengths, values) -> Optional[float]:
     x = np.log([n for n, _ in pairs])
     y = np.log([v for _, v in pairs])
     return float(np.polyfit(x, y, 1)[0])
-
-
-def expected_exponents(label: str) -> Optional[tuple]:
-    """The variant's (memory, time) complexity exponents, None when the label is not a
-    variant attnprof can resolve here (an unknown plug-in, say)."""
-    try:
-        return tuple(parse_variant(label).cls.complexity)
-    except VariantError:
-        return None
 
 
 def slopes(frame: pd.DataFrame) -> list[Slope]:

@@ -10,7 +10,7 @@ import pandas as pd
 from attnprof.reports.capacity import Capacity, fit_text
 from attnprof.reports.data import panels, series_order
 from attnprof.reports.scaling import Slope
-from attnprof.reports.units import fmt_bytes, fmt_len, fmt_ms, missing
+from attnprof.profiler.units import fmt_bytes, fmt_len, fmt_ms, missing
 
 
 def cell(value, cls: str = "", tag: str = "td", title: str = "") -> str:

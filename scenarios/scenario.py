@@ -2,20 +2,41 @@
 
 Built-in files live in ``scenarios/presets/``; ``--scenario NAME`` finds them there,
 ``--scenario PATH`` reads any file. Command-line flags override the file's values.
+
+Every value is checked field by field when a ``Scenario`` is built, whether it came
+from a file, a flag or code: a wrong type, a non-finite timeout or a length whose
+n x n scores could not even be counted in int64 is a one-line ``ScenarioError``.
 """
 
 from __future__ import annotations
 
+import math
+import os
+import re
 import tomllib
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
+
 from attnprof.errors import UserError
+from attnprof.profiler.records import DTYPE_BYTES, ShapeError, canonical_dtype
 
 PRESETS = Path(__file__).parent / "presets"
+MAX_FILE_BYTES = 1 << 20  # a scenario is a few lines of TOML; anything bigger is the wrong file
+MAX_POINT_TIMEOUT_S = 7 * 24 * 3600.0  # a week; the worker's pipe poll overflows near 2**31 ms
+INT64_MAX = 2**63 - 1
+FF_MULT = 4  # the stack's d_ff = FF_MULT * d_model (records.Shape.ff_mult's default)
+_PRESET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 class ScenarioError(UserError):
     """A scenario that cannot be loaded; the message is one line."""
+
+
+# Field kinds, checked in this order. Lists arrive from TOML (and to_dict) and are kept as tuples.
+_STRINGS = ("name", "description", "scope", "dtype", "source")
+_LISTS = {"variants": str, "modes": str, "seq_lens": int}
+_POSITIVE = ("min_len", "max_len", "batch", "d_model", "heads", "layers", "ff_chunks", "repeats")
+_NON_NEGATIVE = ("tokens_per_batch", "warmup")
 
 
 @dataclass(frozen=True)
@@ -43,27 +64,64 @@ class Scenario:
 
     def __post_init__(self):
         """Every value checked once, whether it came from a file, a flag or code."""
+        if isinstance(self.source, str) and self.source:
+            where = Path(self.source).name  # the file's name says more than the scenario's
+        else:
+            where = self.name if isinstance(self.name, str) else "(unnamed)"
+
         def need(ok: bool, text: str) -> None:
             if not ok:
-                raise ScenarioError(f"scenario {self.name}: {text}")
+                raise ScenarioError(f"scenario {where}: {text}")
 
-        def positive_int(v) -> bool:
-            return isinstance(v, int) and not isinstance(v, bool) and v > 0
-
-        for key in ("min_len", "max_len", "batch", "d_model", "heads", "layers", "ff_chunks", "repeats"):
-            need(positive_int(getattr(self, key)), f"{key} must be a positive integer, got {getattr(self, key)!r}")
-        need(all(positive_int(n) for n in self.seq_lens), f"seq_lens must be positive integers, got {list(self.seq_lens)}")
-        need(isinstance(self.warmup, int) and self.warmup >= 0, f"warmup must be >= 0, got {self.warmup!r}")
-        need(isinstance(self.point_timeout_s, (int, float)) and self.point_timeout_s > 0,
-             f"point_timeout_s must be positive, got {self.point_timeout_s!r}")
-        need(isinstance(self.tokens_per_batch, int) and self.tokens_per_batch >= 0,
-             f"tokens_per_batch must be >= 0, got {self.tokens_per_batch!r}")
+        for key in _STRINGS:
+            value = getattr(self, key)
+            need(isinstance(value, str), f"{key} must be a string, got {_shown(value)}")
+        for key, kind in _LISTS.items():
+            value = getattr(self, key)
+            wanted = _LIST_WANTED[key]
+            hint = f' (write [{value!r}])'.replace("'", '"') if isinstance(value, str) and kind is str else ""
+            need(isinstance(value, (list, tuple)), f"{key} must be {wanted}, got {_shown(value)}{hint}")
+            need(all(_is(item, kind) for item in value), f"{key} must be {wanted}, got {_shown(value)}")
+            object.__setattr__(self, key, tuple(value))
+        for key in _POSITIVE:
+            value = getattr(self, key)
+            need(_is(value, int) and value > 0, f"{key} must be a positive integer, got {_shown(value)}")
+        for key in _NON_NEGATIVE:
+            value = getattr(self, key)
+            need(_is(value, int) and value >= 0, f"{key} must be an integer >= 0, got {_shown(value)}")
+        need(all(n > 0 for n in self.seq_lens), f"seq_lens must be positive integers, got {_shown(self.seq_lens)}")
+        need(isinstance(self.forward_only, bool), f"forward_only must be true or false, got {_shown(self.forward_only)}")
+        timeout = self.point_timeout_s
+        need(_is(timeout, float) or _is(timeout, int), f"point_timeout_s must be a number of seconds, got {_shown(timeout)}")
+        need(math.isfinite(timeout) and 0 < timeout <= MAX_POINT_TIMEOUT_S,
+             f"point_timeout_s must be a finite number of seconds, above 0 and at most {MAX_POINT_TIMEOUT_S:g} "
+             f"(7 days), got {_shown(timeout)}")
+        try:
+            dtype = canonical_dtype(self.dtype)
+        except ShapeError as exc:
+            raise ScenarioError(f"scenario {where}: {exc}") from None
+        problem = self._size_problem(DTYPE_BYTES[dtype])
+        need(problem is None, problem or "")
         if self.tokens_per_batch:
             longest = max(self.lengths() or [0])
             need(self.tokens_per_batch >= longest,
                  f"tokens_per_batch {self.tokens_per_batch} is below the longest length {longest}: batch would be 0")
-        need(all(isinstance(v, str) for v in self.variants), "variants must be strings like \"lsh[n_hashes=4]\"")
-        need(all(isinstance(m, str) for m in self.modes), "modes must be strings")
+
+    def _size_problem(self, dtype_bytes: int) -> str | None:
+        """Why some tensor of this scenario could not exist: its element count or byte size
+        beyond int64 (torch's sizes, and the byte counts attnprof records, are int64)."""
+        weights = FF_MULT * self.d_model * self.d_model
+        if weights * dtype_bytes > INT64_MAX:
+            return (f"d_model {_power(self.d_model)} is too large: a {_power(self.d_model)}x{_power(FF_MULT * self.d_model)}"
+                    f" weight overflows int64")
+        for n in self.lengths():
+            b = self.batch_for(n)
+            scores = b * self.heads * n * n  # the dense attention scores, (B, h, n, n)
+            hidden = b * n * FF_MULT * self.d_model  # the feed-forward's hidden activations
+            if max(scores, hidden) * dtype_bytes > INT64_MAX:
+                return (f"seq_len {n} is too long: a {b}x{self.heads}x{n}x{n} attention score tensor "
+                        f"({_power(scores)} elements of {dtype_bytes} bytes) overflows int64")
+        return None
 
     def lengths(self) -> list[int]:
         if self.seq_lens:
@@ -86,35 +144,103 @@ class Scenario:
         return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v) for f in fields(self)}
 
 
+_LIST_WANTED = {"variants": 'an array of strings like ["lsh[n_hashes=4]"]', "modes": 'an array of strings like ["plain"]',
+                "seq_lens": "an array of positive integers like [1024, 4096]"}
+
+
+def _is(value, kind: type) -> bool:
+    """isinstance, except that true/false is neither an integer nor a number here."""
+    return isinstance(value, kind) and not isinstance(value, bool)
+
+
+def _shown(value) -> str:
+    """A bad value, briefly, in TOML's words where its Python repr would mislead."""
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, dict) for v in value):
+        return "an array of tables"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, int) and abs(value) > 10**12:
+        return _power(value)
+    text = repr(list(value) if isinstance(value, tuple) else value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _power(value: int) -> str:
+    """A big integer as 'about 2**80' (its exact digits would not help anyone)."""
+    if abs(value) <= 10**12:
+        return str(value)
+    exp = abs(value).bit_length() - 1
+    sign = "-" if value < 0 else ""
+    return f"{sign}2**{exp}" if abs(value) == 1 << exp else f"about {sign}2**{exp}"
+
+
 def preset_names() -> list[str]:
     return sorted(p.stem for p in PRESETS.glob("*.toml"))
 
 
-def load_scenario(name_or_path: str) -> Scenario:
-    path = Path(name_or_path)
-    if not path.suffix and not path.exists():
-        path = PRESETS / f"{name_or_path}.toml"
-        if not path.exists():
-            raise ScenarioError(f"unknown scenario {name_or_path!r}; built-in: {', '.join(preset_names())}")
-    if not path.exists():
-        raise ScenarioError(f"scenario file not found: {name_or_path}")
+def _resolve(name_or_path) -> Path:
+    """The file a --scenario value names: a built-in preset by name, else a path."""
+    if not isinstance(name_or_path, (str, os.PathLike)):
+        raise ScenarioError(f"a scenario is a preset name or a file path, got {_shown(name_or_path)}")
+    text = os.fspath(name_or_path)
+    if isinstance(text, bytes) or not text.strip():
+        raise ScenarioError(f"empty scenario name; built-in: {', '.join(preset_names())}")
+    if "\x00" in text:
+        raise ScenarioError("scenario path contains a NUL character")
+    path = Path(text)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ScenarioError(f"scenario {path} is not valid TOML: {exc}") from None
+        if not path.suffix and not path.is_file() and _PRESET_NAME.match(text):
+            preset = PRESETS / f"{text}.toml"
+            if preset.is_file():
+                return preset
+            if not path.exists():
+                raise ScenarioError(f"unknown scenario {text!r}; built-in: {', '.join(preset_names())}")
+        if not path.exists():
+            raise ScenarioError(f"scenario file not found: {_shown(text)}")
+        if path.is_dir():
+            raise ScenarioError(f"scenario {_shown(text)} is a directory, not a TOML file")
+        if not path.is_file():
+            raise ScenarioError(f"scenario {_shown(text)} is not a regular file")
+    except OSError as exc:
+        raise ScenarioError(f"cannot read scenario {_shown(text)}: {exc.strerror or exc}") from None
+    return path
+
+
+def _read_toml(path: Path) -> dict:
+    try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise ScenarioError(f"scenario {path.name} is {size} bytes; a scenario file is a short TOML text "
+                                f"(at most {MAX_FILE_BYTES} bytes)")
+        raw = path.read_bytes()[: MAX_FILE_BYTES + 1]
+    except OSError as exc:
+        raise ScenarioError(f"cannot read scenario {path.name}: {exc.strerror or exc}") from None
+    if b"\x00" in raw:
+        raise ScenarioError(f"scenario {path.name} is a binary file, not TOML text")
+    try:
+        text = raw.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(f"scenario {path.name} is not UTF-8 text "
+                            f"(byte 0x{raw[exc.start]:02x} at offset {exc.start})") from None
+    try:
+        return tomllib.loads(text)
+    except RecursionError:
+        raise ScenarioError(f"scenario {path.name} is not valid TOML: arrays or tables nested too deeply") from None
+    except ValueError as exc:  # tomllib.TOMLDecodeError, and a value tomllib cannot build
+        raise ScenarioError(f"scenario {path.name} is not valid TOML: {' '.join(str(exc).split())}") from None
+
+
+def load_scenario(name_or_path) -> Scenario:
+    path = _resolve(name_or_path)
+    data = _read_toml(path)
     known = {f.name for f in fields(Scenario)}
     unknown = sorted(set(data) - known)
     if unknown:
-        raise ScenarioError(f"scenario {path.name}: unknown key {unknown[0]!r}; known: {', '.join(sorted(known))}")
+        raise ScenarioError(f"scenario {path.name}: unknown key {_shown(unknown[0])}; known: {', '.join(sorted(known))}")
     data.setdefault("name", path.stem)
-    for key in ("variants", "modes", "seq_lens"):
-        if key in data:
-            data[key] = tuple(data[key])
-    defaults = Scenario()
-    for key, value in data.items():
-        expected = type(getattr(defaults, key))
-        if expected is float and isinstance(value, int):
-            continue
-        if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
-            raise ScenarioError(f"scenario {path.name}: {key} must be {expected.__name__}, got {value!r}")
-    return Scenario(**{**data, "source": data.get("source", str(path))})
+    data.setdefault("source", str(path))
+    return Scenario(**data)

@@ -2,9 +2,12 @@
 
 Exit codes: 0 pass, 1 a memory regression (each regressed point named, both figures and
 the % change), 2 not comparable (a one-line ``error: ...``; never a traceback, never a
-silent pass). What is compared and why: docs/ci-gate.md. The pieces live in
-``gate_baseline`` (files), ``gate_compare`` (verdicts) and ``gate_format`` (output);
-this module is the entry point the CLI calls.
+silent pass: zero points compared, a side with no ok point, or a non-finite or negative
+tolerance is exit 2 too). What is compared and why: docs/ci-gate.md. The pieces:
+``snapshot`` (a run folder, read and checked), ``baseline`` (the baseline file),
+``checks`` (field types), ``verdict`` (the one judge
+of a change, shared with the report), ``compare`` (point by point), ``format`` (terminal,
+JSON) and ``markdown`` (step summary); this module is the entry point the CLI calls.
 """
 
 from __future__ import annotations
@@ -15,13 +18,16 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from attnprof.profiler import units
-from attnprof.profiler.gate.baseline import (FORMAT, VERSION, GateError, Snapshot, point_label, read_baseline,
-                                             read_run, update_baseline)
-from attnprof.profiler.gate.compare import DEFAULT_ABS_TOLERANCE, MiB, Comparison, GateResult, compare
-from attnprof.profiler.gate.format import (error_to_json, format_error_markdown, format_markdown, format_table,
-                                           result_to_json)
+from attnprof.profiler.gate.baseline import (FORMAT, VERSION, Snapshot, point_label, read_baseline, read_run,
+                                             update_baseline)
+from attnprof.profiler.gate.compare import Comparison, GateResult, compare
+from attnprof.profiler.gate.errors import GateError
+from attnprof.profiler.gate.format import error_to_json, format_table, result_to_json
+from attnprof.profiler.gate.markdown import format_error_markdown, format_markdown
+from attnprof.profiler.gate.verdict import DEFAULT_ABS_TOLERANCE, DEFAULT_TOLERANCE_PCT, Tolerance
+from attnprof.profiler.units import MIB as MiB
 
-__all__ = ["FORMAT", "VERSION", "MiB", "Comparison", "GateError", "GateResult", "Snapshot", "compare",
+__all__ = ["FORMAT", "VERSION", "MiB", "Comparison", "GateError", "GateResult", "Snapshot", "Tolerance", "compare",
            "format_markdown", "format_table", "parse_bytes", "parse_tolerance", "point_label", "read_baseline",
            "read_run", "result_to_json", "run_gate", "update_baseline"]
 
@@ -29,11 +35,11 @@ SUMMARY_ENV = "GITHUB_STEP_SUMMARY"  # GitHub Actions renders Markdown appended 
 
 
 def parse_tolerance(text: str | float) -> float:
-    """'2%', '2' or 2.0 -> 2.0 (percent)."""
+    """'2%', '2' or 2.0 -> 2.0 (percent); nan, inf and negatives are refused."""
     try:
         return units.parse_percent(text)
     except ValueError:
-        raise GateError(f"--tolerance must be a percentage like 2% or 0.5, got {text!r}") from None
+        raise GateError(f"--tolerance must be a finite percentage >= 0 like 2% or 0.5, got {text!r}") from None
 
 
 def parse_bytes(text: str | int) -> int:
@@ -63,10 +69,10 @@ def _write_markdown(text: str, markdown_file: Optional[str | Path]) -> None:
 
 def _write_json(doc: dict, json_file: Optional[str | Path]) -> None:
     if json_file:
-        _write(json_file, json.dumps(doc, indent=2) + "\n", what="--json file")
+        _write(json_file, json.dumps(doc, indent=2) + "\n", what="--json-out file")
 
 
-def run_gate(baseline: str | Path, run_dir: str | Path, tolerance_pct: float | str = 2.0,
+def run_gate(baseline: str | Path, run_dir: str | Path, tolerance_pct: float | str = DEFAULT_TOLERANCE_PCT,
              abs_tolerance_bytes: int | str = DEFAULT_ABS_TOLERANCE, allow_missing: bool = False,
              markdown_file: Optional[str | Path] = None, json_file: Optional[str | Path] = None,
              update: bool = False, out: Callable[[str], object] = print) -> int:
@@ -79,7 +85,8 @@ def run_gate(baseline: str | Path, run_dir: str | Path, tolerance_pct: float | s
     try:
         if update:
             doc = update_baseline(baseline, run_dir)
-            out(f"baseline {baseline} written from {run_dir}: {len(doc['points'])} points, "
+            ok = sum(1 for p in doc["points"] if p["status"] == "ok")
+            out(f"baseline {baseline} written from {run_dir}: {len(doc['points'])} points ({ok} ok), "
                 f"scenario {doc['scenario'].get('name')!r}, {doc['device']} {doc['device_name']}".rstrip())
             return 0
         result = compare(baseline, run_dir, parse_tolerance(tolerance_pct), parse_bytes(abs_tolerance_bytes),

@@ -12,14 +12,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from attnprof.profiler.gate.baseline import (IDENTITY_FIELDS, GateError, Snapshot, point_label,
-                                             read_baseline, read_run)
-from attnprof.profiler.records import DTYPE_ALIASES
+from attnprof.profiler.gate.baseline import read_baseline
+from attnprof.profiler.gate.errors import GateError
+from attnprof.profiler.gate.snapshot import Snapshot, point_label, read_run, require_ok_point
+from attnprof.profiler.gate.verdict import (DEFAULT_ABS_TOLERANCE, DEFAULT_TOLERANCE_PCT, Tolerance, change_pct,
+                                            memory_verdict, status_verdict)
+from attnprof.profiler.records import DTYPE_ALIASES, IDENTITY_FIELDS, key_of_record
 
-MiB = 1 << 20
-# The figures compared are exact, so the floor is small: it only absorbs alignment-sized
-# wobbles, while 10% of the smallest `ci` point (1.5 MiB) is still caught.
-DEFAULT_ABS_TOLERANCE = 64 << 10
 EXACT_METHODS = ("tensor-tracker", "cuda-allocator")  # measured_by values that may gate
 # Scenario fields that change what a point's figures mean. Not compared: lengths, variants
 # and modes (they decide which points exist: see missing points), timing settings, paths.
@@ -57,7 +56,7 @@ class GateResult:
     device_name: str
     tolerance_pct: float
     abs_tolerance_bytes: int
-    points_compared: int
+    points_compared: int  # points both sides have with at least one gated figure
     comparisons: list = field(default_factory=list)
     missing: list = field(default_factory=list)  # labels in the baseline only (--allow-missing)
     new: list = field(default_factory=list)  # labels in the run only (--allow-missing)
@@ -76,8 +75,13 @@ class GateResult:
         return 1 if self.regressions else 0
 
 
+    @property
+    def tolerance(self) -> Tolerance:
+        return Tolerance(self.tolerance_pct, self.abs_tolerance_bytes)
+
+
 def _normal(field_name: str, value):
-    return DTYPE_ALIASES.get(value, value) if field_name == "dtype" else value
+    return DTYPE_ALIASES.get(value, value) if field_name == "dtype" and isinstance(value, str) else value
 
 
 def check_comparable(base: Snapshot, run: Snapshot) -> None:
@@ -97,7 +101,7 @@ def check_comparable(base: Snapshot, run: Snapshot) -> None:
                             f"same device model: gate against a baseline made on this device")
 
 
-def _bytes_row(point, label, figure, old, new, new_status, tol_pct, abs_tol, method=""):
+def _bytes_row(point, label, figure, old, new, new_status, tolerance: Tolerance, method=""):
     """Compare one byte figure; None when neither side has it (or a failed status explains it)."""
     row = Comparison(point, label, figure, old, new, "ok", method=method)
     if old is None and new is None:
@@ -109,27 +113,23 @@ def _bytes_row(point, label, figure, old, new, new_status, tol_pct, abs_tol, met
             return None  # the status row reports the failure
         row.verdict, row.note = "regression", "figure missing now"
     else:
-        row.margin_bytes = max(old * tol_pct / 100.0, float(abs_tol))
-        row.change_pct = (new - old) / old * 100.0 if old else None
-        if new > old + row.margin_bytes:
-            row.verdict = "regression"
-        elif new < old - row.margin_bytes:
-            row.verdict = "improved"
+        row.margin_bytes = tolerance.margin(old)
+        row.change_pct = change_pct(old, new)
+        row.verdict = memory_verdict(old, new, tolerance)
     return row
 
 
-def compare_point(old: dict, new: dict, tol_pct: float, abs_tol: int) -> list:
+def compare_point(old: dict, new: dict, tolerance: Tolerance) -> list:
     """Status, predicted peak, measured peak (exact methods only) and time of one point."""
     point = {f: old[f] for f in IDENTITY_FIELDS}
     label = point_label(point)
     rows = []
     if old["status"] != "ok" or new["status"] != "ok":
-        verdict = ("ok" if old["status"] == new["status"] else "regression" if old["status"] == "ok"
-                   else "improved" if new["status"] == "ok" else "changed")
-        rows.append(Comparison(point, label, "status", old["status"], new["status"], verdict,
+        rows.append(Comparison(point, label, "status", old["status"], new["status"],
+                               status_verdict(old["status"], new["status"]),
                                note=new.get("reason", "") if new["status"] != "ok" else ""))
     rows.append(_bytes_row(point, label, "predicted_peak_bytes", old["predicted_peak_bytes"],
-                           new["predicted_peak_bytes"], new["status"], tol_pct, abs_tol))
+                           new["predicted_peak_bytes"], new["status"], tolerance))
     by_old, by_new = old["measured_by"], new["measured_by"]
     if by_old and by_new and by_old != by_new:
         raise GateError(f"point {label}: measured by {by_old} in the baseline but by {by_new} now; "
@@ -137,12 +137,10 @@ def compare_point(old: dict, new: dict, tol_pct: float, abs_tol: int) -> list:
     method = by_old or by_new
     if method in EXACT_METHODS:
         rows.append(_bytes_row(point, label, "measured_peak_bytes", old["measured_peak_bytes"],
-                               new["measured_peak_bytes"], new["status"], tol_pct, abs_tol, method))
+                               new["measured_peak_bytes"], new["status"], tolerance, method))
     if old["time_ms"] is not None or new["time_ms"] is not None:
-        change = (new["time_ms"] - old["time_ms"]) / old["time_ms"] * 100.0 if (
-            old["time_ms"] and new["time_ms"] is not None) else None
-        rows.append(Comparison(point, label, "time_ms", old["time_ms"], new["time_ms"], "info", change,
-                               note="reported, never gated"))
+        rows.append(Comparison(point, label, "time_ms", old["time_ms"], new["time_ms"], "info",
+                               change_pct(old["time_ms"], new["time_ms"]), note="reported, never gated"))
     return [r for r in rows if r is not None]
 
 
@@ -157,24 +155,34 @@ def _missing_message(missing: list, new: list, run: str) -> str:
     return "; ".join(parts) + " (pass --allow-missing to gate the common points, or --update to refresh the baseline)"
 
 
-def compare(baseline: str | Path | Snapshot, run_dir: str | Path, tolerance_pct: float = 2.0,
+def compare(baseline: str | Path | Snapshot, run_dir: str | Path, tolerance_pct: float = DEFAULT_TOLERANCE_PCT,
             abs_tolerance_bytes: int = DEFAULT_ABS_TOLERANCE, allow_missing: bool = False) -> GateResult:
     """Compare a run folder with a baseline. Raises GateError when they are not comparable.
 
     A figure regresses when current > baseline + max(baseline * tolerance_pct / 100,
-    abs_tolerance_bytes); it improves when current < baseline - the same margin.
+    abs_tolerance_bytes); it improves when current < baseline - the same margin
+    (``verdict.memory_verdict``). Never a pass on nothing, whatever ``allow_missing``: a
+    baseline without an ok point, or no point with a gated figure on both sides, is a
+    GateError; so is a run without an ok point, unless it already fails (points that were
+    ok in the baseline and failed now are regressions, each named).
     """
-    if tolerance_pct < 0 or abs_tolerance_bytes < 0:
-        raise GateError(f"tolerances must be >= 0, got {tolerance_pct}% and {abs_tolerance_bytes} bytes")
+    tolerance = Tolerance(tolerance_pct, abs_tolerance_bytes)  # refuses nan, inf and negatives
     base = baseline if isinstance(baseline, Snapshot) else read_baseline(baseline)
     run = read_run(run_dir)
     check_comparable(base, run)
+    require_ok_point(base, "baseline")
     missing = [point_label(p) for k, p in base.points.items() if k not in run.points]
     new = [point_label(p) for k, p in run.points.items() if k not in base.points]
     if (missing or new) and not allow_missing:
         raise GateError(_missing_message(missing, new, run.source))
     common = [k for k in base.points if k in run.points]
-    rows = [row for k in common for row in compare_point(base.points[k], run.points[k],
-                                                         tolerance_pct, abs_tolerance_bytes)]
+    rows = [row for k in common for row in compare_point(base.points[k], run.points[k], tolerance)]
+    if not any(row.verdict == "regression" for row in rows):
+        require_ok_point(run, "run")  # nothing ran and nothing regressed: cannot pass either
+    gated = {key_of_record(row.point) for row in rows if row.verdict != "info"}
+    if not gated:
+        raise GateError(f"nothing to compare: baseline {base.source} and run {run.source} share "
+                        f"{len(common)} point(s) and no gated memory figure; the gate never passes on "
+                        f"zero points compared")
     return GateResult(base.source, run.source, str(base.scenario.get("name")), run.device, run.device_name,
-                      tolerance_pct, abs_tolerance_bytes, len(common), rows, missing, new)
+                      tolerance.pct, tolerance.abs_bytes, len(gated), rows, missing, new)

@@ -10,9 +10,11 @@ import subprocess
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Callable
 
 from attnprof import __version__
-from attnprof.profiler.runner.storage import MANIFEST_FILE, read_manifest
+from attnprof.profiler.runner.errors import SweepError
+from attnprof.profiler.runner.storage import MANIFEST_FILE, read_manifest, read_manifest_checked
 from attnprof.scenarios.scenario import Scenario
 
 # Scenario fields that may differ between a run and its --resume without changing any point.
@@ -55,6 +57,8 @@ def environment(device: str) -> dict:
 
 
 def write_manifest(out_dir: Path, scenario: Scenario, settings) -> dict:
+    """Write manifest.json atomically (a temporary file, then rename); on a write error
+    the temporary file is removed and the old manifest stays as it was."""
     manifest = {
         "format": "attnprof-run",
         "version": 1,
@@ -66,23 +70,40 @@ def write_manifest(out_dir: Path, scenario: Scenario, settings) -> dict:
     }
     previous = read_manifest(out_dir)
     if previous:
-        manifest["created_at"] = previous.get("created_at", manifest["created_at"])
-        manifest["resumed_at"] = previous.get("resumed_at", []) + [datetime.now(timezone.utc).isoformat(timespec="seconds")]
+        created, resumed = previous.get("created_at"), previous.get("resumed_at")
+        manifest["created_at"] = created if isinstance(created, str) else manifest["created_at"]
+        manifest["resumed_at"] = [r for r in resumed if isinstance(r, str)] if isinstance(resumed, list) else []
+        manifest["resumed_at"].append(datetime.now(timezone.utc).isoformat(timespec="seconds"))
     settings.device_name = manifest["environment"].get("device_name", "")
     manifest["settings"]["device_name"] = settings.device_name
     tmp = Path(out_dir) / (MANIFEST_FILE + ".tmp")
-    tmp.write_text(json.dumps(manifest, indent=1, default=str), encoding="utf-8")
-    os.replace(tmp, Path(out_dir) / MANIFEST_FILE)
+    try:
+        tmp.write_text(json.dumps(manifest, indent=1, default=str), encoding="utf-8")
+        os.replace(tmp, Path(out_dir) / MANIFEST_FILE)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
     return manifest
 
 
-def check_resumable(out_dir: Path, scenario: Scenario, device: str) -> None:
-    from attnprof.profiler.runner.sweep import SweepError
+def check_resumable(out_dir: Path, scenario: Scenario, device: str, records: list[dict] = (),
+                    warn: Callable[[str], None] = lambda line: None) -> None:
+    """Refuse to resume a folder measured on another device or with another scenario.
 
-    manifest = read_manifest(out_dir)
+    Only compares data: nothing named in the manifest or the records (a variant label
+    such as ``package.module:Class``) is parsed or imported here. What runs is decided
+    by the scenario given now. An unusable manifest is reported through ``warn`` and
+    the check falls back to the records' own ``device`` fields.
+    """
+
+    manifest, problem = read_manifest_checked(out_dir)
+    if problem:
+        warn(f"warning: {problem}; resuming from the records alone")
     before = manifest.get("settings", {}).get("device")
+    if not isinstance(before, str):
+        before = next((r["device"] for r in records if r.get("device") != device), None)
     if before and before != device:
-        raise SweepError(f"cannot resume {out_dir} on {device}: it was measured on {before}")
+        raise SweepError(f"cannot resume {out_dir} on {device}: it was measured on {_short(before)}")
     previous = manifest.get("scenario")
     if previous is None:
         return
@@ -90,4 +111,14 @@ def check_resumable(out_dir: Path, scenario: Scenario, device: str) -> None:
     diffs = [k for k in now if k not in _VOLATILE and previous.get(k) != now[k]]
     if diffs:
         key = diffs[0]
-        raise SweepError(f"cannot resume {out_dir}: it was run with {key}={previous.get(key)!r}, now {now[key]!r}")
+        raise SweepError(f"cannot resume {out_dir}: it was run with {key}={_short(previous.get(key))}, "
+                         f"now {_short(now[key])}")
+
+
+def _short(value) -> str:
+    """A value from the manifest for a one-line message: its repr on one line, at most 80 characters."""
+    try:
+        text = " ".join(repr(value).split())
+    except RecursionError:  # a hostile manifest can nest lists deeper than repr can go
+        text = "(deeply nested data)"
+    return text if len(text) <= 80 else text[:77] + "..."

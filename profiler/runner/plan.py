@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from attnprof.profiler.records import MODES, NO_MODE, SCOPES, Point, Shape
+from attnprof.profiler.records import DTYPE_BYTES, MODES, NO_MODE, SCOPES, Point, Shape
 from attnprof.scenarios.variants.registry import VariantSpec, parse_variants
 from attnprof.scenarios.scenario import Scenario
 from attnprof.errors import UserError
@@ -27,11 +27,31 @@ def modes_of(scenario: Scenario) -> list[str]:
     return list(dict.fromkeys(scenario.modes)) or list(MODES)
 
 
+# torch indexes tensors with int64: a tensor of 2**63 bytes or more cannot exist, and sizes
+# that large overflow inside kernels long before. Checked here, before anything runs.
+INT64_MAX = 2**63 - 1
+
+
 def shape_at(scenario: Scenario, seq_len: int) -> Shape:
     if seq_len <= 0:
         raise PlanError(f"sequence length must be positive, got {seq_len}")
-    return Shape(batch=scenario.batch_for(seq_len), seq_len=seq_len, d_model=scenario.d_model,
-                 heads=scenario.heads, layers=scenario.layers, dtype=scenario.dtype, ff_chunks=scenario.ff_chunks)
+    shape = Shape(batch=scenario.batch_for(seq_len), seq_len=seq_len, d_model=scenario.d_model,
+                  heads=scenario.heads, layers=scenario.layers, dtype=scenario.dtype, ff_chunks=scenario.ff_chunks)
+    check_addressable(shape)
+    return shape
+
+
+def check_addressable(shape: Shape) -> None:
+    """Refuse a shape whose largest tensors torch cannot address: the n x n scores of
+    every head (full attention's, and the reference every variant is compared with),
+    or the feed-forward's n x d_ff activations; a one-line PlanError, never an overflow."""
+    itemsize = DTYPE_BYTES[shape.dtype]
+    sizes = {"batch x heads x n^2 attention scores": shape.batch * shape.heads * shape.seq_len ** 2,
+             "batch x n x d_ff feed-forward activations": shape.batch * shape.seq_len * shape.d_model * shape.ff_mult}
+    for what, elements in sizes.items():
+        if elements * itemsize > INT64_MAX:
+            raise PlanError(f"sequence length {shape.seq_len} is beyond what torch can address: {what} would be "
+                            f"{elements:.3g} elements of {itemsize} bytes, over 2^63 bytes")
 
 
 def series(scenario: Scenario) -> list[list[Point]]:

@@ -47,17 +47,24 @@ def longest_fitting(scenario: Scenario, budget_bytes: int, start: int = 256, lim
     predictions.
     """
     limit = limit or LONGEST_SEARCHED
-    lengths = [start << i for i in range(64) if start << i <= limit]
+    all_lengths = [start << i for i in range(64) if start << i <= limit]
     rows = []
     for points in series(scenario.override(seq_lens=(start,))):
         template = points[0]
         cache: dict[int, dict] = {}
 
+        def point_at(n: int) -> Point:
+            return Point(template.variant, template.mode, template.scope, shape_at(scenario, n), template.forward_only)
+
         def at(n: int) -> dict:
             if n not in cache:
-                point = Point(template.variant, template.mode, template.scope, shape_at(scenario, n), template.forward_only)
-                cache[n] = prediction_record(point)
+                cache[n] = prediction_record(point_at(n))
             return cache[n]
+
+        # A variant may refuse the shortest lengths (LSH needs two buckets): the search
+        # starts at the first length it accepts, or a refusal would read as "does not fit".
+        accepted = [i for i, n in enumerate(all_lengths) if shape_problem(point_at(n)) is None]
+        lengths = all_lengths[accepted[0]:] if accepted else all_lengths
 
         def fits(n: int) -> bool:
             record = at(n)

@@ -1,13 +1,124 @@
-"""Imported once by the sweep's forkserver, before any point is forked from it.
+"""The sweep's warm helper: imports torch once, then forks one worker per point.
 
-Importing torch and attnprof, and running one tiny fake-tensor prediction (which warms
-FakeTensorMode's lazy imports and caches, ~2 s the first time), happens here once
+Started by the sweep as ``python -m attnprof.profiler.runner.preload PARENT_PID FD``.
+Importing torch and attnprof, and one tiny fake-tensor prediction (which warms
+FakeTensorMode's lazy imports and caches, ~2 s the first time), happen here once
 instead of in every point's process. Nothing here runs a real kernel or touches CUDA,
-so forking from this process stays safe.
+and this process stays single-threaded, so forking from it stays safe.
+
+Why not multiprocessing's forkserver: its workers outlive a SIGKILLed sweep, it
+brings a resource tracker along, and the sweep cannot see which signal killed a
+worker without it. Here the chain is explicit and short-lived:
+
+- the helper runs in its own session (no terminal's Ctrl-C reaches it or its workers;
+  the sweep decides) and dies with the sweep (``lifeline``), as each worker dies
+  with the helper; when the sweep's socket closes, the helper kills its worker and exits;
+- protocol on a SOCK_SEQPACKET socket, one pickled message per packet, from our own
+  parent only: ``("init", sys_path)`` -> ``("ready", pid)``; ``("run", point,
+  settings)`` + the result pipe's fd -> ``("exited", exit_code)``; ``("kill",)``
+  kills the running worker.
 """
 
-from attnprof.profiler.runner import worker  # noqa: F401  (the import is the point)
-from attnprof.profiler.measure.accounting import predict
-from attnprof.profiler.records import Point, Shape
+from __future__ import annotations
 
-predict(Point("sdpa", "plain", "model", Shape(batch=1, seq_len=64, d_model=32, heads=2, layers=1)))
+import os
+import pickle
+import select
+import signal
+import socket
+import sys
+from typing import Optional
+
+MAX_MESSAGE = 1 << 20
+
+
+def warm_up() -> None:
+    from attnprof.profiler.runner import worker  # noqa: F401  (the import is the point)
+    from attnprof.profiler.measure.accounting import predict
+    from attnprof.profiler.records import Point, Shape
+
+    predict(Point("sdpa", "plain", "model", Shape(batch=1, seq_len=64, d_model=32, heads=2, layers=1)))
+
+
+def serve(ctl: socket.socket) -> None:
+    """Run points one at a time until the sweep closes the socket."""
+    me = os.getpid()
+    while True:
+        try:
+            message, fds, _, _ = socket.recv_fds(ctl, MAX_MESSAGE, 1)
+        except OSError:
+            return
+        if not message:
+            return  # the sweep is gone or done
+        request = pickle.loads(message)
+        if request[0] != "run" or len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            continue
+        _, point, settings = request
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            ctl.close()
+            from attnprof.profiler.runner.worker import run_child
+
+            run_child(fds[0], point, settings, me)  # never returns
+        os.close(fds[0])
+        code = watch(ctl, pid)
+        if code is None:
+            return
+        try:
+            ctl.send(pickle.dumps(("exited", code)))
+        except OSError:
+            return
+
+
+def watch(ctl: socket.socket, pid: int) -> Optional[int]:
+    """Wait for the worker to end, killing it when the sweep asks; its exit code
+    (negative: the signal), or None when the sweep is gone (the worker is killed)."""
+    try:
+        pidfd = os.pidfd_open(pid)  # readable once the worker exits (Linux >= 5.3)
+    except (AttributeError, OSError):
+        pidfd = None
+    try:
+        while True:
+            watched = [ctl] + ([pidfd] if pidfd is not None else [])
+            readable, _, _ = select.select(watched, [], [], None if pidfd is not None else 0.05)
+            if ctl in readable:
+                try:
+                    message = ctl.recv(MAX_MESSAGE)
+                except OSError:
+                    message = b""
+                if not message or pickle.loads(message)[0] == "kill":
+                    os.kill(pid, signal.SIGKILL)  # not reaped yet, so the pid is still this worker's
+                if not message:
+                    os.waitpid(pid, 0)
+                    return None
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return os.waitstatus_to_exitcode(status)
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+
+
+def main(argv: list[str]) -> None:
+    from attnprof.profiler.runner.lifeline import die_with_parent
+
+    parent, fd = int(argv[1]), int(argv[2])
+    die_with_parent(parent)  # first: before the slow imports, the sweep may already be gone
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    ctl = socket.socket(fileno=fd)
+    message = ctl.recv(MAX_MESSAGE)
+    if not message:
+        return
+    _, sys_path = pickle.loads(message)
+    sys.path[:] = sys_path  # the sweep's: a plug-in it can import, its workers can too
+    warm_up()
+    ctl.send(pickle.dumps(("ready", os.getpid())))
+    serve(ctl)
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -1,60 +1,136 @@
-"""Progress of a sweep on stderr: a bar with the current point, and an ETA."""
+"""Progress of a sweep on stderr, so a user knows what runs and how long is left.
+
+On a terminal: a live ``rich`` bar (points done/total, elapsed, ETA, the running point)
+with one line per finished point printed above it. Anywhere else (a log file, CI, a
+pipe): one plain line per finished point, nothing else, so logs stay greppable.
+The sweep calls ``start(point)``, ``finish(point, record)`` and ``close()``.
+"""
 
 from __future__ import annotations
 
 import sys
 import time
+from typing import Optional
 
 from attnprof.profiler.units import fmt_bytes
 
+LINE_CHARS = 240  # a finished point's line is cut here: a long reason must not flood a log
 
-def _clock(seconds: float) -> str:
-    seconds = int(seconds)
+
+def clock(seconds: float) -> str:
+    """65 -> '1m05s'; 3725 -> '1h02m'."""
+    seconds = int(max(0, seconds))
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
 
 
-class Progress:
-    """One line per finished point; on a terminal, the running point is shown live."""
+def point_label(point) -> str:
+    return f"{point.variant} {point.mode} n={point.shape.seq_len}"
 
-    def __init__(self, total: int, enabled: bool = True, already: int = 0, stream=None):
-        self.total, self.done, self.enabled = total, already, enabled
-        self.stream = stream or sys.stderr
-        self.tty = self.stream.isatty()
-        self.started = time.perf_counter()
-        self.finished_here = 0
 
-    def _bar(self) -> str:
-        width = 20
-        filled = int(width * self.done / max(self.total, 1))
-        return "[" + "#" * filled + "." * (width - filled) + f"] {self.done}/{self.total}"
+def finished_line(point, record: dict) -> str:
+    """'sdpa plain n=1024: ok (1.2 s) peak 11.54 MiB, fwd 32.0 ms, bwd 41.0 ms'."""
+    status = record.get("status", "?")
+    detail = record.get("reason", "") if status != "ok" else (
+        f"peak {fmt_bytes(record.get('measured_peak_bytes'))}, "
+        f"fwd {record.get('time_fwd_ms') or 0:.1f} ms, bwd {record.get('time_bwd_ms') or 0:.1f} ms")
+    return f"{point_label(point)}: {status} ({record.get('point_wall_s') or 0:.1f} s) {detail}"
 
-    def _eta(self) -> str:
-        if not self.finished_here:
-            return "ETA ?"
-        per_point = (time.perf_counter() - self.started) / self.finished_here
-        return f"ETA ~{_clock(per_point * (self.total - self.done))}"
 
-    def start(self, point) -> None:
-        if self.enabled and self.tty:
-            label = f"{point.variant} {point.mode} n={point.shape.seq_len}"
-            self.stream.write(f"\r{self._bar()} running {label} ... {self._eta()}\x1b[K")
-            self.stream.flush()
+class Eta:
+    """Seconds left, from this invocation's mean time per point (points kept by --resume
+    took no time here, so they do not count)."""
 
-    def finish(self, point, record: dict) -> None:
+    def __init__(self, total: int, already: int = 0):
+        self.total, self.done, self.finished_here = total, already, 0
+        self.started = self.last = time.perf_counter()
+
+    def finish(self) -> None:
         self.done += 1
         self.finished_here += 1
+        self.last = time.perf_counter()
+
+    def seconds_left(self) -> Optional[float]:
+        """None until a point has finished; counts down between points."""
+        if not self.finished_here:
+            return None
+        per_point_s = (self.last - self.started) / self.finished_here
+        return max(0.0, per_point_s * (self.total - self.done) - (time.perf_counter() - self.last))
+
+    def text(self) -> str:
+        left = self.seconds_left()
+        return "ETA ?" if left is None else f"ETA ~{clock(left)}"
+
+    def elapsed_s(self) -> float:
+        return time.perf_counter() - self.started
+
+
+class Progress:
+    """What the sweep reports to: a live bar on a terminal, plain lines elsewhere."""
+
+    def __init__(self, total: int, enabled: bool = True, already: int = 0, stream=None):
+        self.total, self.enabled = total, enabled
+        self.stream = stream or sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.eta = Eta(total, already)
+        self._live = _LiveBar(self.stream, self.eta) if enabled and self.tty else None
+
+    @property
+    def done(self) -> int:
+        return self.eta.done
+
+    def start(self, point) -> None:
+        if self._live:
+            self._live.running(point_label(point))
+
+    def finish(self, point, record: dict) -> None:
+        self.eta.finish()
         if not self.enabled:
             return
-        status = record.get("status", "?")
-        detail = record.get("reason", "") if status != "ok" else (
-            f"peak {fmt_bytes(record.get('measured_peak_bytes'))}, "
-            f"fwd {record.get('time_fwd_ms') or 0:.1f} ms, bwd {record.get('time_bwd_ms') or 0:.1f} ms")
-        line = (f"{self._bar()} {point.variant} {point.mode} n={point.shape.seq_len}: {status} "
-                f"({record.get('point_wall_s') or 0:.1f} s) {detail}  {self._eta()}")
-        self.stream.write(("\r" if self.tty else "") + line[:240] + ("\x1b[K" if self.tty else "") + "\n")
-        self.stream.flush()
+        line = finished_line(point, record)
+        if self._live:
+            self._live.finished(line, record.get("status") == "ok")
+        else:
+            self.stream.write(f"[{self.done}/{self.total}] {line}  {self.eta.text()}"[:LINE_CHARS] + "\n")
+            self.stream.flush()
 
     def close(self) -> None:
+        if self._live:
+            self._live.stop()
+            self._live = None
         if self.enabled:
-            self.stream.write(f"elapsed {_clock(time.perf_counter() - self.started)}\n")
+            self.stream.write(f"elapsed {clock(self.eta.elapsed_s())}\n")
             self.stream.flush()
+
+
+class _LiveBar:
+    """rich's Progress on the terminal (imported only here: a log needs no rich)."""
+
+    def __init__(self, stream, eta: Eta):
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, SpinnerColumn, \
+            TextColumn, TimeElapsedColumn
+        from rich.text import Text
+
+        class EtaColumn(ProgressColumn):
+            def render(self, task) -> Text:
+                return Text(eta.text(), style="progress.remaining")
+
+        self.console = Console(file=stream, highlight=False)
+        self.bar = Progress(SpinnerColumn(), BarColumn(bar_width=24), MofNCompleteColumn(), TimeElapsedColumn(),
+                            EtaColumn(), TextColumn("{task.description}"), console=self.console,
+                            refresh_per_second=4, transient=True, redirect_stdout=False, redirect_stderr=False)
+        self.task = self.bar.add_task("starting", total=eta.total, completed=eta.done)
+        self.bar.start()
+
+    def running(self, label: str) -> None:
+        self.bar.update(self.task, description=f"running {label}")
+
+    def finished(self, line: str, ok: bool) -> None:
+        from rich.text import Text
+
+        self.bar.advance(self.task)
+        self.console.print(Text(line[:LINE_CHARS], style="" if ok else "yellow"), overflow="ellipsis",
+                           no_wrap=True, crop=True)
+
+    def stop(self) -> None:
+        self.bar.stop()

@@ -1,52 +1,216 @@
 """Run-folder I/O: append records as points finish, read them back, load a DataFrame.
 
 A run folder holds ``results.jsonl`` (one record per line, appended and flushed as each
-point finishes) and ``manifest.json`` (configuration and environment).
+point finishes) and ``manifest.json`` (configuration and environment). It is data
+from outside, so reading never crashes and never trusts it (``schema``), and writing
+never leaves half a record behind:
+
+- one writer: a sweep holds ``flock`` on ``.sweep.lock`` for its whole run;
+- each record is one ``os.write`` of the full line; a failed write (disk full) is
+  truncated back, so the file stays valid up to its last complete record;
+- a torn last line (a kill mid-write, an old disk error) is cut off before appending.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 from attnprof.profiler.records import PointRecord, key_of_record
+from attnprof.profiler.runner.errors import StorageError
+from attnprof.profiler.runner.schema import parse_line
 
 RESULTS_FILE = "results.jsonl"
 MANIFEST_FILE = "manifest.json"
+LOCK_FILE = ".sweep.lock"
+MAX_MANIFEST_BYTES = 16 << 20
+_MANIFEST_SECTIONS = ("scenario", "settings", "environment")
 
 
-def append_record(run_dir: Path, record: PointRecord) -> None:
-    """Append one record and flush it to disk before returning: a crash loses nothing."""
+class RunFolderBusy(Exception):
+    """Another process holds the run folder's lock; ``holder`` is its pid as it wrote it."""
+
+    def __init__(self, holder: str):
+        super().__init__(holder)
+        self.holder = holder
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One line of results.jsonl that is not a valid record (line 0: the file as a whole)."""
+
+    line: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"line {self.line}: {self.reason}" if self.line else self.reason
+
+
+# --- writing --------------------------------------------------------------------------------
+def acquire_lock(run_dir: Path) -> int:
+    """Take the folder's writer lock without waiting; the fd holds it until ``release_lock``.
+
+    ``flock`` is released by the kernel when the holder dies, SIGKILL included, so a
+    crashed sweep never leaves the folder locked.
+    """
+    fd = os.open(Path(run_dir) / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 32).decode("ascii", "replace").strip() or "?"
+        os.close(fd)
+        raise RunFolderBusy(holder) from None
+    except OSError:
+        os.close(fd)
+        raise
+    try:  # who holds it, for the next writer's message; cosmetic, so a full disk is no error
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except OSError:
+        pass
+    return fd
+
+
+def release_lock(fd: int) -> None:
+    os.close(fd)  # closing the last fd releases the flock
+
+
+def append_record(run_dir: Path, record) -> None:
+    """Append one record (a PointRecord or its row) as one line, on disk before returning.
+
+    The whole line goes in one ``os.write`` (O_APPEND): a kill lands before or after it.
+    If the write or the fsync fails, the file is truncated back to its size before,
+    and StorageError says so in one line.
+    """
     path = Path(run_dir) / RESULTS_FILE
-    line = json.dumps(record.to_row(), sort_keys=False)
-    with open(path, "a", encoding="utf-8") as fh:
-        fh.write(line + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
+    row = record.to_row() if isinstance(record, PointRecord) else dict(record)
+    line = (json.dumps(row) + "\n").encode("utf-8")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise _write_error(path, exc) from None
+    try:
+        size = os.fstat(fd).st_size
+        try:
+            view = memoryview(line)
+            while view:  # a regular file takes it all at once; a short write means the disk is full
+                written = os.write(fd, view)
+                if written <= 0:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                view = view[written:]
+            os.fsync(fd)
+        except OSError as exc:
+            try:
+                os.ftruncate(fd, size)
+            except OSError:
+                pass
+            raise _write_error(path, exc) from None
+    finally:
+        os.close(fd)
+
+
+def _write_error(path: Path, exc: OSError) -> StorageError:
+    return StorageError(f"cannot write {path}: {exc.strerror or exc}; every record before it is kept: "
+                        f"free space and complete the run with --resume")
+
+
+def repair_tail(run_dir: Path) -> Optional[str]:
+    """Cut results.jsonl back to the end of its last valid record, before appending.
+
+    Only trailing lines are dropped (a torn write is always the last line); invalid
+    lines in the middle stay, and readers report them. Returns a one-line note of what
+    was dropped, or None when the file was fine.
+    """
+    path = Path(run_dir) / RESULTS_FILE
+    if not path.exists():
+        return None
+    data = path.read_bytes()
+    keep, dropped = 0, 0
+    for start, end in _line_spans(data):
+        raw = data[start:end]
+        if not raw.strip():
+            continue
+        if parse_line(raw)[0] is None:
+            dropped += 1
+        else:
+            keep, dropped = min(end + 1, len(data)), 0
+    tail = data[keep:]
+    if not tail.strip() and (not data or data.endswith(b"\n")):
+        return None  # valid, perhaps with harmless blank lines at the end
+    try:
+        with open(path, "r+b") as fh:
+            fh.truncate(keep)
+            if keep and not data[:keep].endswith(b"\n"):  # a complete record that only lacked its newline
+                fh.seek(keep)
+                fh.write(b"\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError as exc:
+        raise _write_error(path, exc) from None
+    if not tail:
+        return f"repaired {path}: added the newline its last record lacked"
+    return (f"repaired {path}: removed {len(tail)} bytes after its last complete record "
+            f"({dropped} torn or invalid line(s))")
+
+
+def _line_spans(data: bytes):
+    """(start, end) of each line, end excluding its newline."""
+    start = 0
+    while start < len(data):
+        end = data.find(b"\n", start)
+        end = len(data) if end < 0 else end
+        yield start, end
+        start = end + 1
+
+
+def results_size(run_dir: Path) -> int:
+    path = Path(run_dir) / RESULTS_FILE
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+# --- reading --------------------------------------------------------------------------------
+def read_records_checked(run_dir: Path) -> tuple[list[dict], list[Problem]]:
+    """Every valid record of a run, and a Problem for each line that is not one.
+
+    Never raises for what the file holds: binary data, non-objects, wrong types,
+    missing fields, absurd nesting all become a Problem naming the line.
+    """
+    path = Path(run_dir) / RESULTS_FILE
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return [], []
+    except OSError as exc:
+        return [], [Problem(0, f"cannot read {path}: {exc.strerror or exc}")]
+    records, problems = [], []
+    for line_no, (start, end) in enumerate(_line_spans(data), 1):
+        raw = data[start:end]
+        if not raw.strip():
+            continue
+        record, reason = parse_line(raw)
+        if record is None:
+            problems.append(Problem(line_no, reason))
+        else:
+            records.append(record)
+    return records, problems
 
 
 def read_records(run_dir: Path) -> list[dict]:
-    """Every complete record of a run (a torn last line from a kill is ignored)."""
-    path = Path(run_dir) / RESULTS_FILE
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return out
+    """The valid records of a run (invalid lines, e.g. a torn last one, are left out)."""
+    return read_records_checked(run_dir)[0]
 
 
 def load_run(run_dir: str | Path):
     """A run as a tidy pandas DataFrame, one row per point (the last record wins)."""
     import pandas as pd
-
 
     latest: dict = {}
     for rec in read_records(Path(run_dir)):
@@ -57,6 +221,36 @@ def load_run(run_dir: str | Path):
     return frame
 
 
-def read_manifest(run_dir: Path) -> dict:
+def read_manifest_checked(run_dir: Path) -> tuple[dict, Optional[str]]:
+    """manifest.json as a dict, and why it is not usable (or None).
+
+    A broken manifest reads as ``{}``; a section (scenario, settings, environment) that
+    is not an object is dropped. Nothing in it is ever imported or executed.
+    """
     path = Path(run_dir) / MANIFEST_FILE
-    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    try:
+        if path.stat().st_size > MAX_MANIFEST_BYTES:
+            return {}, f"{path} is too large to be a manifest"
+        text = path.read_bytes().decode("utf-8")
+        data = json.loads(text)
+    except FileNotFoundError:
+        return {}, None
+    except OSError as exc:
+        return {}, f"cannot read {path}: {exc.strerror or exc}"
+    except UnicodeDecodeError:
+        return {}, f"{path} is not UTF-8 text"
+    except RecursionError:
+        return {}, f"{path} is nested too deeply"
+    except ValueError as exc:
+        return {}, f"{path} is not valid JSON ({getattr(exc, 'msg', exc)})"
+    if not isinstance(data, dict):
+        return {}, f"{path} is not a JSON object"
+    bad = [k for k in _MANIFEST_SECTIONS if k in data and not isinstance(data[k], dict)]
+    for key in bad:
+        del data[key]
+    return data, (f"{path}: {bad[0]} is not an object" if bad else None)
+
+
+def read_manifest(run_dir: Path) -> dict:
+    """manifest.json, or ``{}`` when it is missing or unusable (see read_manifest_checked)."""
+    return read_manifest_checked(run_dir)[0]

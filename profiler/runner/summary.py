@@ -1,23 +1,115 @@
-"""The table printed at the end of a sweep: one row per variant x mode, one column per length."""
+"""The table printed at the end of a sweep: one row per variant x mode, one column per
+length, each cell the point's peak memory and fwd+bwd time, or its status.
+
+Built from plain records (no pandas: printing a table should not cost a second of
+imports) and drawn with ``rich``; ``summary_text`` gives the same table as plain text.
+"""
 
 from __future__ import annotations
 
+from typing import Iterable
+
+from attnprof.profiler.records import key_of_record, step_time_ms
 from attnprof.profiler.units import fmt_bytes
 
+TITLE = "peak tensor memory and fwd+bwd time per point (status where not ok)"
 
-def _cell(row) -> str:
-    if row["status"] != "ok":
-        return row["status"]
-    peak = row.get("measured_peak_bytes") or row.get("predicted_peak_bytes")
-    time_ms = (row.get("time_fwd_ms") or 0) + (row.get("time_bwd_ms") or 0)
-    return f"{fmt_bytes(peak)} {time_ms:.0f}ms"
+
+def cell(record: dict) -> str:
+    """'11.54 MiB 32ms', or the status ('oom', 'skipped', ...)."""
+    if record.get("status") != "ok":
+        return str(record.get("status", "?"))
+    peak = record.get("measured_peak_bytes") or record.get("predicted_peak_bytes")
+    time_ms = step_time_ms(record.get("time_fwd_ms"), record.get("time_bwd_ms"))
+    return f"{fmt_bytes(peak)} {time_ms or 0:.0f}ms"
+
+
+def grid(records: Iterable[dict]) -> tuple[list[int], list[tuple[str, str, dict]]]:
+    """(lengths ascending, [(variant, mode, {length: cell})] in the sweep's order); the
+    last record of a point wins (a resumed run may hold two)."""
+    latest: dict = {}
+    for record in records:
+        latest[key_of_record(record)] = record
+    lengths = sorted({r["seq_len"] for r in latest.values()})
+    rows: dict[tuple[str, str], dict] = {}
+    for record in latest.values():
+        rows.setdefault((record["variant"], record["mode"]), {})[record["seq_len"]] = cell(record)
+    return lengths, [(variant, mode, cells) for (variant, mode), cells in rows.items()]
+
+
+def rich_table(records: Iterable[dict], stacked: bool = False):
+    """The table as a ``rich.table.Table``; None for an empty run. ``stacked`` puts a
+    cell's time under its memory, for a terminal too narrow for one line per cell."""
+    from rich.table import Table
+    from rich.text import Text
+
+    lengths, rows = grid(records)
+    if not rows:
+        return None
+    table = Table(title=TITLE, title_justify="left", header_style="bold", show_lines=stacked)
+    table.add_column("variant", no_wrap=True)
+    table.add_column("mode", no_wrap=True)
+    for n in lengths:
+        table.add_column(str(n), justify="right", no_wrap=not stacked)
+    previous = None
+    for variant, mode, cells in rows:
+        values = [cells.get(n, "-") for n in lengths]  # Text, not markup: a label may hold [...]
+        styled = [Text(_stack(v) if stacked else v, style="" if v[:1].isdigit() or v == "-" else "yellow")
+                  for v in values]
+        table.add_row(Text(variant if variant != previous else ""), Text(mode), *styled)
+        previous = variant
+    return table
+
+
+def _stack(value: str) -> str:
+    """'11.54 MiB 32ms' -> '11.54 MiB\n32ms'; a status stays as it is."""
+    head, sep, tail = value.rpartition(" ")
+    return f"{head}\n{tail}" if sep and value[:1].isdigit() else value
+
+
+def print_summary(records: Iterable[dict], file=None) -> None:
+    """Draw the table on ``file`` (default stdout). Off a terminal it is plain text as
+    wide as it needs to be, never wrapped at 80 columns; on a narrow terminal each
+    cell's time goes under its memory."""
+    import sys
+
+    from rich.console import Console
+
+    records = list(records)
+    file = file or sys.stdout
+    if not records:
+        file.write("(no points)\n")
+        return
+    terminal = bool(getattr(file, "isatty", lambda: False)())
+    needed = _plain_width(records)
+    console = Console(file=file, highlight=False, width=None if terminal else needed, soft_wrap=False)
+    console.print(rich_table(records, stacked=terminal and needed > console.width))
+
+
+def _plain_width(records: list[dict]) -> int:
+    """Columns the one-line-per-cell table needs: cells, one space of padding each side, borders."""
+    lengths, rows = grid(records)
+    widths = [max(len("variant"), *(len(v) for v, _, _ in rows)), max(len("mode"), *(len(m) for _, m, _ in rows))]
+    widths += [max(len(str(n)), *(len(c.get(n, "-")) for _, _, c in rows)) for n in lengths]
+    return max(len(TITLE), sum(widths) + 3 * len(widths) + 1)
+
+
+def summary_text(records: Iterable[dict]) -> str:
+    """The same table as aligned plain text (logs, docs); '(no points)' for an empty run."""
+    lengths, rows = grid(records)
+    if not rows:
+        return "(no points)"
+    lines = [["variant", "mode", *map(str, lengths)]]
+    lines += [[variant, mode, *(cells.get(n, "-") for n in lengths)] for variant, mode, cells in rows]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
+    text = ["  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths))).rstrip()
+            for line in lines]
+    return "\n".join([TITLE, *text])
 
 
 def summary_table(frame) -> str:
-    """Peak memory and fwd+bwd time per point, or its status; '' for an empty run."""
-    if frame is None or frame.empty:
+    """Compatibility: ``summary_text`` of a DataFrame (``load_run``) or of records."""
+    if frame is None:
         return "(no points)"
-    frame = frame.assign(cell=frame.apply(_cell, axis=1))
-    table = frame.pivot_table(index=["variant", "mode"], columns="seq_len", values="cell", aggfunc="last", sort=False)
-    table = table.fillna("-")
-    return "peak tensor memory and fwd+bwd time per point (status where not ok)\n" + table.to_string()
+    records = frame.to_dict("records") if hasattr(frame, "to_dict") else list(frame)
+    return summary_text(records)

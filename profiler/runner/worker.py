@@ -1,8 +1,8 @@
 """The child side of a sweep: measure one point and send back its record.
 
-Runs in a process forked from a forkserver that has already imported torch and
-attnprof, so a point costs milliseconds to start and a crash, OOM or hang takes only
-its own process down. Order inside a point:
+Runs in a process forked from the sweep's warm helper (``preload``), which has already
+imported torch and attnprof, so a point costs milliseconds to start and a crash, OOM
+or hang takes only its own process down. Order inside a point:
   1. predict (fake tensors): the predicted peak and FLOPs; skip if over the memory limit;
   2. memory pass, alone (the tracker's overhead must not touch the timings);
   3. timing pass: warm-up, then forward and backward timed separately, repeatedly.
@@ -11,16 +11,20 @@ its own process down. Order inside a point:
 from __future__ import annotations
 
 import os
+import signal
+import sys
 import threading
 import time
 import traceback
 from datetime import datetime, timezone
+from multiprocessing.connection import Connection
 
 import psutil
 import torch
 
 from attnprof.profiler.measure.accounting import account, predict
 from attnprof.profiler.records import Point, PointRecord
+from attnprof.profiler.runner.lifeline import die_with_parent
 from attnprof.profiler.units import fmt_bytes
 from attnprof.profiler.measure.workload import Workload
 
@@ -161,13 +165,37 @@ def _timing_pass(point: Point, record: PointRecord, settings: dict, memory_pass_
         record.achieved_flops_per_s = flops / (step_ms / 1e3)
 
 
-def child_main(conn, point: Point, settings: dict) -> None:
-    """Entry point of the forked child: measure, send, exit."""
+def child_main(result_fd: int, point: Point, settings: dict) -> None:
+    """Measure the point and send its record, length-prefixed, down the result pipe."""
+    conn = Connection(result_fd, readable=False)
     try:
-        record = measure_point(point, settings)
-        conn.send(record.to_row())
+        conn.send(measure_point(point, settings).to_row())
     finally:
         conn.close()
+
+
+def run_child(result_fd: int, point: Point, settings: dict, helper_pid: int) -> None:
+    """Everything a worker does, right after the helper forked it; never returns.
+
+    It dies with the helper (and so with the sweep), takes the default signal
+    dispositions back (the helper ignores SIGINT), and leaves through ``os._exit``: the
+    helper's atexit handlers and buffers are not the worker's to run or flush.
+    """
+    code = 0
+    try:
+        die_with_parent(helper_pid)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_DFL)
+        child_main(result_fd, point, settings)
+    except BaseException:  # noqa: BLE001 - report and leave; the sweep records "crashed"
+        code = 1
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
 
 
 def _test_hook(hook: str, point: Point) -> None:

@@ -41,18 +41,30 @@ class Option:
                 else:
                     value = self.type(text)
             except ValueError:
-                raise VariantError(f"option {name}={raw!r} is not {_a(self.type)}") from None
+                raise VariantError(f"option {name}={_brief(raw)} is not {_a(self.type)}") from None
         else:
             value = raw
             if self.type is float and isinstance(value, int) and not isinstance(value, bool):
                 value = float(value)
             if not isinstance(value, self.type) or (self.type is int and isinstance(value, bool)):
-                raise VariantError(f"option {name}={raw!r} is not {_a(self.type)}")
+                raise VariantError(f"option {name}={_brief(raw)} is not {_a(self.type)}")
+        if self.type is float and not math.isfinite(value):
+            raise VariantError(f"option {name}={_brief(raw)} is not a finite number")
+        if self.type is int and not -INT64_MAX <= value <= INT64_MAX:
+            raise VariantError(f"option {name}={_brief(raw)} does not fit in int64")
         if self.check is not None:
             problem = self.check(value)
             if problem:
                 raise VariantError(f"option {name}={value!r}: {problem}")
         return value
+
+
+INT64_MAX = 2**63 - 1
+
+
+def _brief(raw: Any) -> str:
+    text = repr(raw)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _a(kind: type) -> str:

@@ -1,8 +1,12 @@
 """Longest power-of-two length that fits a budget: search, verification, cache."""
 
-from attnprof.reports.capacity import BUDGETS_GIB, CACHE_FILE, MAX_EXP, capacity
+import pytest
+
+from attnprof.errors import UserError
+from attnprof.profiler.records import Point, Shape
+from attnprof.reports.capacity import BUDGETS_GIB, CACHE_FILE, MAX_EXP, capacity, default_predictor
 from attnprof.reports.data import load
-from attnprof.reports.units import GIB
+from attnprof.profiler.units import GIB
 
 from conftest import synthetic_record, write_run
 
@@ -61,15 +65,30 @@ def test_predictions_are_cached_in_the_run_folder(tmp_path):
     assert again.fits == first.fits
 
 
-def test_a_variant_that_cannot_be_predicted_is_reported_not_raised(tmp_path):
-    run = run_of(tmp_path, variant="no_such_variant")
+def test_a_prediction_that_fails_is_reported_not_raised(tmp_path):
+    run = run_of(tmp_path, variant="lsh[n_hashes=8]")
 
     def fails(point):
-        raise ValueError(f"unknown variant {point.variant!r}")
+        raise ValueError(f"no fake-tensor kernel for {point.variant!r}")
 
     cap = capacity(run.frame, run.path, seconds=60, predictor=fails)
-    assert "unknown variant 'no_such_variant'" in cap.problems[("no_such_variant", "plain")]
-    assert not cap.fits[("no_such_variant", "plain")][16].verified
+    assert "no fake-tensor kernel for 'lsh[n_hashes=8]'" in cap.problems[("lsh[n_hashes=8]", "plain")]
+    assert not cap.fits[("lsh[n_hashes=8]", "plain")][16].verified
+
+
+@pytest.mark.parametrize("variant", ["no_such_variant", "canary_mod:Evil", "full:Evil", "sdpa.x:Y[a=1]"])
+def test_labels_that_are_not_builtins_are_never_predicted(tmp_path, variant):
+    """A plug-in's (or an unknown) label is data: its fits come from the run's records alone."""
+    run = run_of(tmp_path, variant=variant)
+
+    def refuse(point):
+        raise AssertionError(f"predicted {point.variant!r}")
+
+    cap = capacity(run.frame, run.path, seconds=60, predictor=refuse)
+    assert cap.calls == 0 and "not a built-in variant" in cap.problems[(variant, "plain")]
+    assert cap.fits[(variant, "plain")][16].length > 0  # extrapolated from the records
+    with pytest.raises(UserError, match="not a built-in variant"):
+        default_predictor(Point(variant, "plain", "model", Shape(seq_len=256, d_model=64, heads=4)))
 
 
 def test_at_the_search_cap_the_fit_says_so(tmp_path):

@@ -49,6 +49,7 @@ def test_series_keep_apart_what_the_run_varies(tmp_path, field, values):
         for n in (256, 512):
             r = synthetic_record("sdpa", "plain", n)
             setattr(r, field, value)
+            r.head_dim = r.d_model // r.heads  # a record's head_dim is d_model / heads
             records.append(r)
     frame = load(write_run(tmp_path / "run", records)).frame
     assert sorted(frame["series"].unique()) == sorted(f"sdpa ({field}={v})" for v in values)

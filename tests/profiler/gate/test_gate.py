@@ -9,8 +9,8 @@ import pytest
 
 from attnprof.profiler.gate import (GateError, compare, format_markdown, format_table, parse_bytes,
                                     parse_tolerance, result_to_json, run_gate, update_baseline)
-from attnprof.profiler.gate.baseline import IDENTITY_FIELDS, point_of_record
-from attnprof.profiler.records import key_of_record, PointRecord
+from attnprof.profiler.gate.baseline import point_of_record
+from attnprof.profiler.records import IDENTITY_FIELDS, PointRecord, key_of_record
 from attnprof.profiler.runner.storage import append_record
 from attnprof.scenarios.scenario import Scenario
 
@@ -79,10 +79,30 @@ def assert_error(baseline, run, fragment, **kwargs):
         compare(baseline, run, **{k: v for k, v in kwargs.items() if k == "allow_missing"})
 
 
-def test_identity_fields_match_key_of_record():
+IDENTITY_CHANGES = {"variant": "sdpa", "mode": "checkpoint", "scope": "attention", "seq_len": 1024, "batch": 2,
+                    "d_model": 128, "heads": 8, "layers": 3, "dtype": "bfloat16", "ff_mult": 2, "ff_chunks": 2,
+                    "forward_only": True}
+
+
+def test_every_identity_field_tells_points_apart(tmp_path, baseline):
+    """The gate keys points by records.IDENTITY_FIELDS: a point that differs in any one of
+    them is another point (never silently compared with the baseline's), and a baseline
+    keeps every one of them."""
+    assert set(IDENTITY_CHANGES) == set(IDENTITY_FIELDS)
+    for name, value in IDENTITY_CHANGES.items():
+        change = {name: value, "head_dim": {"d_model": 32, "heads": 8}.get(name, 16)}  # head_dim = d_model / heads
+        other = make_run(tmp_path / f"other-{name}", change={("full", 256): change})
+        with pytest.raises(GateError, match="missing from run .*not in the baseline"):
+            compare(baseline, other)
+        copy = tmp_path / f"{name}.json"
+        update_baseline(copy, other)
+        assert value in [p[name] for p in json.loads(copy.read_text())["points"]]
+        assert compare(copy, other).exit_code == 0
+
+
+def test_a_record_and_its_gate_point_have_the_same_key():
     record = PointRecord(variant=LSH, mode="plain", scope="model", seq_len=256, batch=2, d_model=64, heads=4,
                          head_dim=16, layers=2, dtype="float32", ff_chunks=2, forward_only=True).to_row()
-    assert key_of_record(record) == tuple(record[f] for f in IDENTITY_FIELDS)
     assert key_of_record(point_of_record(record)) == key_of_record(record)
 
 

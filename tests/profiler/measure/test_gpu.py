@@ -112,12 +112,19 @@ def test_the_final_sample_at_exit_catches_a_peak_the_poll_missed(monkeypatch):
     assert (sampler.baseline_device_bytes, sampler.peak_device_bytes, sampler.samples) == (GiB, 4 * GiB, 2)
 
 
+def new_threads(before: set) -> set:
+    """Threads alive now that were not alive in ``before``."""
+    return {t for t in threading.enumerate() if t not in before and t.is_alive()}
+
+
 def test_sampler_thread_stops_when_the_body_raises(monkeypatch):
     fake = FakeNvml().install(monkeypatch)
+    before = set(threading.enumerate())
     with pytest.raises(RuntimeError, match="boom"):
-        with NvmlSampler(0, interval_s=0.001) as sampler:
+        with NvmlSampler(0, interval_s=0.001):
+            assert new_threads(before)  # the poller runs inside the block
             raise RuntimeError("boom")
-    assert not sampler._thread.is_alive()
+    assert not new_threads(before)  # and is gone once the block has left, even by an exception
     assert fake.inits == 0
 
 
@@ -167,9 +174,10 @@ def test_sampler_without_nvml_is_a_no_op(no_nvml):
 
 def test_nvml_failing_mid_run_is_noted_not_raised(monkeypatch):
     fake = FakeNvml(used=[GiB, 2 * GiB], fail_at=2).install(monkeypatch)
+    before = set(threading.enumerate())
     with NvmlSampler(0, interval_s=0.001) as sampler:
         fake.wait_for(fake.failed.is_set)
-        sampler._thread.join(5)  # the thread ends itself on the failure
+        fake.wait_for(lambda: not new_threads(before))  # the poller ends itself on the failure
     assert "NVML failed mid-run after 2 samples" in sampler.note
     assert (sampler.peak_device_bytes, sampler.samples) == (2 * GiB, 2)
     assert fake.inits == 0

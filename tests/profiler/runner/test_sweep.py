@@ -109,6 +109,29 @@ def test_interrupt_then_resume_loses_nothing_and_duplicates_nothing(tmp_path):
     assert all(r["finished_at"] == first[(r["variant"], r["seq_len"])] for r in records[:3])
 
 
+def test_sigterm_mid_point_returns_interrupted_by_it_within_seconds(tmp_path):
+    """The library's side of SIGTERM: the hanging point is killed, run_sweep returns
+    interrupted_by=SIGTERM (the CLI exits 143), the earlier point is kept."""
+    import threading
+
+    small = TINY.override(variants=("sdpa",), max_len=128)
+    timer = threading.Timer(0.1, lambda: None)
+
+    def on_record(record):  # the first point is done: signal once the second one hangs
+        nonlocal timer
+        timer = threading.Timer(1.5, os.kill, (os.getpid(), signal.SIGTERM))
+        timer.start()
+
+    started = time.monotonic()
+    summary = run_sweep(small, tmp_path, settings(test_hook="sdpa@128=hang", point_timeout_s=600.0),
+                        show_progress=False, on_record=on_record)
+    timer.join()
+    assert summary.interrupted and summary.interrupted_by == signal.SIGTERM
+    assert time.monotonic() - started < 60  # not the 600 s point timeout
+    assert [r["seq_len"] for r in read_records(tmp_path)] == [64]
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # handlers restored
+
+
 def test_a_finished_folder_needs_resume_and_a_changed_scenario_cannot_resume(tmp_path):
     from attnprof.profiler.runner.sweep import SweepError
 

@@ -2,14 +2,12 @@
 fixed seeds, float64 wherever numbers are compared."""
 
 import math
-import weakref
 
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
+from attnprof.profiler.measure.tracker import MemoryReport, MemoryTracker
 from attnprof.scenarios.variants.base import Attention, VariantError
 from attnprof.scenarios.variants.lsh import LSHAttention
 from attnprof.scenarios.variants.registry import get_variant, parse_variant
@@ -183,9 +181,12 @@ def test_shape_and_option_errors():
 
 def test_registered_with_shared_qk_projection():
     assert get_variant("lsh") is LSHAttention
-    assert LSHAttention.shared_qk and issubclass(LSHAttention, Attention)
-    assert LSHAttention.paper and LSHAttention.description and LSHAttention.complexity == (1.0, 1.0)
-    assert make(d_model=16).to_in.out_features == 32
+    assert issubclass(LSHAttention, Attention) and LSHAttention.paper and LSHAttention.description
+    # shared QK: one projection makes queries-as-keys and values (2 x d_model), not three
+    m = make(d_model=16)
+    assert m.to_in.out_features == 2 * 16
+    q, k, v = m.project(torch.randn(1, 8, 16, dtype=torch.float64))
+    assert k is q and v.shape == q.shape == (1, 2, 8, 8)
 
 
 def test_fake_mode_forward_backward_at_8192():
@@ -199,51 +200,29 @@ def test_fake_mode_forward_backward_at_8192():
         assert all(p.grad is not None and p.grad.shape == p.shape for p in m.parameters())
 
 
-class LiveBytes(TorchDispatchMode):
-    """Peak of live tensor-storage bytes (see /work/shared/NOTES.md): each op output's
-    storage counted once, subtracted again when the storage is freed."""
-
-    def __init__(self):
-        super().__init__()
-        self.live = self.peak = self.largest_numel = 0
-        self._sizes: dict[int, int] = {}
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for t in tree_leaves(out):
-            if isinstance(t, torch.Tensor):
-                self._track(t)
-        return out
-
-    def _track(self, t: torch.Tensor) -> None:
-        storage = t.untyped_storage()
-        if id(storage) in self._sizes:  # a view or an in-place result
-            return
-        size = storage.nbytes()
-        self._sizes[id(storage)] = size
-        self.live += size
-        self.peak = max(self.peak, self.live)
-        self.largest_numel = max(self.largest_numel, size // t.element_size())
-        weakref.finalize(storage, self._free, id(storage))
-
-    def _free(self, key: int) -> None:
-        self.live -= self._sizes.pop(key)
-
-
-def core_fwd_bwd_peak(n: int) -> LiveBytes:
+def core_fwd_bwd_memory(n: int) -> MemoryReport:
+    """The project's exact tracker over LSH's core, forward and backward, under fake tensors."""
     with FakeTensorMode():
         m = LSHAttention(64, 2, n_hashes=2, bucket_size=64)
         qk = torch.randn(1, 2, n, 32, requires_grad=True)
         v = torch.randn(1, 2, n, 32, requires_grad=True)
-        with LiveBytes() as mem:
+        with MemoryTracker() as tracker:
             m.core(qk, qk, v).sum().backward()
-    return mem
+    return tracker.report()
+
+
+def elements(entry: dict) -> int:
+    return math.prod(entry["shape"])
 
 
 def test_memory_is_linear_in_n():
-    small, large = core_fwd_bwd_peak(16384), core_fwd_bwd_peak(32768)
-    slope = math.log(large.peak / small.peak) / math.log(2)
-    assert small.peak > 16384 * 2 * 2 * 128 * 4  # at least the scores (B h r n 2c, fp32)
-    assert slope < 1.2, slope
-    assert small.largest_numel < 16384**2 / 8
-    assert large.largest_numel < 32768**2 / 8
+    small, large = core_fwd_bwd_memory(16384), core_fwd_bwd_memory(32768)
+    slope = math.log(large.peak_bytes / small.peak_bytes) / math.log(2)
+    assert small.peak_bytes > 16384 * 2 * 2 * 128 * 4  # at least the scores (B h r n 2c, fp32)
+    assert abs(slope - LSHAttention.complexity[0]) < 0.2, slope  # the memory order the variant declares
+    for n, report in ((16384, small), (32768, large)):
+        # No n x n matrix ever existed: every byte live at the peak together is less than one
+        # fp32 n x n matrix, and any storage, live at any moment, counts in that peak.
+        assert report.peak_bytes < n * n * 4
+        # and the biggest storages at the peak are chunked scores, far below n^2 / 8 elements
+        assert report.largest_at_peak and all(elements(e) < n * n / 8 for e in report.largest_at_peak)

@@ -1,15 +1,6 @@
-"""How numbers read, and colour families."""
+"""Colour families: configurations of a variant share a hue."""
 
 from attnprof.reports.palette import colours, markers
-from attnprof.reports.units import fmt_bytes, fmt_len, fmt_ms, mpl_text
-
-
-def test_formats():
-    assert fmt_bytes(4 << 20) == "4 MiB" and fmt_bytes(1536) == "1.5 KiB" and fmt_bytes(None) == ""
-    assert fmt_bytes(float("nan")) == "" and fmt_bytes(141 * (1 << 30)) == "141 GiB"
-    assert [fmt_len(n) for n in (256, 1024, 65536, 1 << 20, 1000)] == ["256", "1K", "64K", "1M", "1000"]
-    assert fmt_ms(12.345) == "12.3 ms" and fmt_ms(2500) == "2.5 s"
-    assert mpl_text("a$b$") == r"a\$b\$"
 
 
 def test_configurations_of_a_variant_share_a_hue_and_differ_in_shade():
@@ -22,3 +13,8 @@ def test_configurations_of_a_variant_share_a_hue_and_differ_in_shade():
     assert col["full"] not in lsh and col["sdpa"] not in lsh
     mark = markers(series)
     assert len({mark[s] for s in series[1:4]}) == 3 and mark["full"] == mark["lsh"]
+
+
+def test_a_plugin_label_is_its_own_family_without_being_resolved():
+    col = colours(["pkg.mod:Mine", "pkg.mod:Mine[causal=false]", "sdpa"])
+    assert col["pkg.mod:Mine"] != col["pkg.mod:Mine[causal=false]"]  # two shades of one family

@@ -1,0 +1,403 @@
+"""attnprof as a library: ``predict``, ``sweep``, ``report`` and ``gate`` with typed keywords.
+
+The command line (``cli.py``) is glue over these four functions, so a notebook or a
+script gets exactly what ``attnprof ...`` does, without parsing its output::
+
+    from attnprof import api
+    run = api.sweep(variants=["sdpa", "lsh"], max_len=4096, out="runs/x")
+    print(run.report_path)
+
+Flags and keywords mean the same: keywords given (not None) override the scenario
+file's values, which override ``Scenario``'s defaults (``build_scenario``). Every
+mistake raises a ``attnprof.errors.UserError`` subclass whose message is one line.
+Nothing here prints, except a sweep's progress on stderr (``progress=False``) and the
+notes passed to ``log``. torch, pandas and matplotlib are imported only when needed.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence, Union
+
+from attnprof.errors import UserError
+from attnprof.profiler.records import canonical_dtype
+from attnprof.profiler.units import parse_bytes
+from attnprof.scenarios.scenario import Scenario, load_scenario
+
+PathLike = Union[str, Path]
+Log = Callable[[str], None]
+DEFAULT_SCENARIO = "default"  # what `sweep` measures when no scenario is named
+PREDICT_LEN = 65536  # what `predict` predicts when no length is named
+# Capacity predictions for the report (fake tensors): beyond this many seconds the report
+# extrapolates the rest, marked '~'. The full set takes ~70 s on 2 cores; most of it
+# goes to the longest lengths of the block-wise variants.
+CAPACITY_SECONDS = 45.0
+REPORT_SECONDS = 7.0  # the report's own soft time target (charts, and predictions still missing)
+
+
+class UsageProblem(UserError):
+    """A combination of values that makes no sense; one line."""
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+# --- the scenario -----------------------------------------------------------------------------
+def build_scenario(scenario: Union[PathLike, Scenario, None] = None, *, base: Optional[Scenario] = None,
+                   variants: Union[str, Sequence[str], None] = None, modes: Union[str, Sequence[str], None] = None,
+                   scope: Optional[str] = None, batch: Optional[int] = None, heads: Optional[int] = None,
+                   head_dim: Optional[int] = None, d_model: Optional[int] = None, layers: Optional[int] = None,
+                   dtype: Optional[str] = None, seq_lens: Optional[Sequence[int]] = None,
+                   min_len: Optional[int] = None, max_len: Optional[int] = None,
+                   tokens_per_batch: Optional[int] = None, ff_chunks: Optional[int] = None,
+                   forward_only: Optional[bool] = None, repeats: Optional[int] = None,
+                   warmup: Optional[int] = None, point_timeout_s: Optional[float] = None) -> Scenario:
+    """Keywords over a scenario (a built-in NAME, a TOML path or a ``Scenario``) over
+    ``base`` (default ``Scenario()``) -> one validated Scenario.
+
+    ``variants`` and ``modes`` take lists or comma-separated text (``"sdpa,lsh[n_hashes=8]"``);
+    ``head_dim`` sets ``d_model = heads * head_dim``. Every variant must run at one of the
+    lengths at least (its other points are skipped with the reason); the variants'
+    options and the shape are checked here, so a sweep never starts on a typo.
+    """
+    sc = scenario if isinstance(scenario, Scenario) else (
+        load_scenario(str(scenario)) if scenario else (base or Scenario()))
+    if head_dim is not None and d_model is not None:
+        raise UsageProblem("give --head-dim or --d-model, not both")
+    if head_dim is not None:
+        if head_dim <= 0:
+            raise UsageProblem(f"--head-dim must be positive, got {head_dim}")
+        d_model = head_dim * (heads if heads is not None else sc.heads)
+    if dtype is not None:
+        dtype = canonical_dtype(dtype)
+    for name, value in (("--seq-len", min(seq_lens) if seq_lens else None), ("--min-len", min_len),
+                        ("--max-len", max_len)):
+        if value is not None and value <= 0:
+            raise UsageProblem(f"{name} must be a positive length, got {value}")
+    for name, value in (("--repeats", repeats), ("--point-timeout", point_timeout_s)):
+        if value is not None and value <= 0:
+            raise UsageProblem(f"{name} must be positive, got {value}")
+    if warmup is not None and warmup < 0:
+        raise UsageProblem(f"--warmup must not be negative, got {warmup}")
+    lengths = tuple(seq_lens) if seq_lens else (() if (min_len or max_len) else None)
+    overrides = dict(variants=_listed(variants), modes=_listed(modes), scope=scope, batch=batch, heads=heads,
+                     d_model=d_model, layers=layers, dtype=dtype, seq_lens=lengths, min_len=min_len,
+                     max_len=max_len, tokens_per_batch=tokens_per_batch, forward_only=forward_only,
+                     ff_chunks=ff_chunks, repeats=repeats, warmup=warmup, point_timeout_s=point_timeout_s)
+    changed = {k: v for k, v in overrides.items() if v is not None and v != getattr(sc, k)}
+    sc = sc.override(**overrides)
+    if changed:  # the file's description no longer tells the whole story
+        told = ", ".join(f"{k}={list(v) if isinstance(v, tuple) else v}" for k, v in changed.items())
+        sc = sc.override(description=f"{sc.description} [overridden: {told}]".strip())
+    if sc.min_len > sc.max_len and not sc.seq_lens:
+        raise UsageProblem(f"--min-len {sc.min_len} is above --max-len {sc.max_len}")
+    _check_points(sc)
+    return sc
+
+
+def _listed(values: Union[str, Sequence[str], None]) -> Optional[tuple]:
+    """'a,b' or ['a', 'b,c'] -> a tuple of labels (commas inside [...] stay); None stays None."""
+    if values is None:
+        return None
+    from attnprof.scenarios.variants.catalog import split_labels
+
+    items = [values] if isinstance(values, str) else list(values)
+    return tuple(label for item in items for label in split_labels(item)) or None
+
+
+def _check_points(sc: Scenario) -> None:
+    """The shape, the modes and every variant's options, through the real registry."""
+    from attnprof.profiler.runner.plan import modes_of, shape_at, variant_specs
+    from attnprof.scenarios.variants.base import VariantError
+
+    shape_at(sc, sc.lengths()[0] if sc.lengths() else 1)  # validates d_model/heads/dtype
+    modes_of(sc)
+    for spec in variant_specs(sc):
+        problems = []
+        for n in sc.lengths():
+            try:
+                spec.check_shape(n, sc.heads, sc.d_model // sc.heads)
+                break
+            except VariantError as exc:
+                problems.append(str(exc))
+        else:
+            if problems:
+                raise VariantError(problems[-1])
+
+
+def _bytes(text: Union[str, int], flag: str) -> int:
+    try:
+        return parse_bytes(text)
+    except ValueError as exc:
+        raise UsageProblem(f"{flag}: {exc}") from None
+
+
+# --- predict ----------------------------------------------------------------------------------
+@dataclass
+class Predictions:
+    """Predicted records (one dict per point, or per series with a budget) and their table."""
+
+    records: list
+    scenario: Scenario
+    budget_bytes: Optional[int] = None
+
+    def table(self) -> str:
+        from attnprof.profiler.runner.predict import format_table
+
+        return format_table(self.records, self.budget_bytes)
+
+
+def predict(scenario: Union[PathLike, Scenario, None] = None, *, budget: Union[str, int, None] = None,
+            variants: Union[str, Sequence[str], None] = None, modes: Union[str, Sequence[str], None] = None,
+            scope: Optional[str] = None, batch: Optional[int] = None, heads: Optional[int] = None,
+            head_dim: Optional[int] = None, d_model: Optional[int] = None, layers: Optional[int] = None,
+            dtype: Optional[str] = None, seq_lens: Optional[Sequence[int]] = None, min_len: Optional[int] = None,
+            max_len: Optional[int] = None, tokens_per_batch: Optional[int] = None,
+            ff_chunks: Optional[int] = None, forward_only: Optional[bool] = None) -> Predictions:
+    """Peak memory and FLOPs of each point without allocating (fake tensors, any machine).
+
+    Without a scenario or lengths it predicts every variant at 65536 tokens. ``budget``
+    ('80GiB' or bytes): per series, the longest power-of-two length whose predicted peak
+    fits, searched from ``min_len`` (default 256) up to ``max_len`` (default 1M).
+    """
+    from attnprof.profiler.runner.predict import longest_fitting, predict_points
+
+    budget_bytes = _bytes(budget, "--budget") if budget is not None else None
+    sc = build_scenario(scenario, base=Scenario(min_len=PREDICT_LEN, max_len=PREDICT_LEN), variants=variants,
+                        modes=modes, scope=scope, batch=batch, heads=heads, head_dim=head_dim, d_model=d_model,
+                        layers=layers, dtype=dtype, seq_lens=seq_lens, min_len=min_len, max_len=max_len,
+                        tokens_per_batch=tokens_per_batch, ff_chunks=ff_chunks, forward_only=forward_only)
+    if budget_bytes is None:
+        return Predictions(predict_points(sc), sc)
+    start = 1 << max(0, (min_len or 256) - 1).bit_length()  # the first power of two >= min_len
+    return Predictions(longest_fitting(sc, budget_bytes, start=start, limit=max_len), sc, budget_bytes)
+
+
+# --- sweep ------------------------------------------------------------------------------------
+@dataclass
+class SweepRun:
+    """One sweep: where it went, what it ran with, and what came of it."""
+
+    out: Path
+    scenario: Scenario
+    device: str  # resolved: cpu | cuda | cuda:N
+    mem_limit_bytes: int
+    summary: Any = None  # attnprof.profiler.runner.sweep.SweepSummary, once the sweep ran
+    report_path: Optional[Path] = None
+    capacity_s: Optional[float] = None  # seconds the report's capacity predictions took
+    capacity_predictions: int = 0
+
+    @property
+    def interrupted(self) -> bool:
+        return bool(self.summary is not None and self.summary.interrupted)
+
+    @property
+    def exit_code(self) -> int:
+        """0, or 128 + the signal that stopped the sweep (130 Ctrl-C, 143 SIGTERM)."""
+        if not self.interrupted:
+            return 0
+        return 128 + (getattr(self.summary, "interrupted_by", None) or 2)
+
+    @property
+    def results_path(self) -> Path:
+        from attnprof.profiler.runner.storage import RESULTS_FILE
+
+        return self.out / RESULTS_FILE
+
+    def records(self) -> list[dict]:
+        """Every record in the run folder (earlier runs' too, with ``resume``)."""
+        from attnprof.profiler.runner.storage import read_records
+
+        return read_records(self.out)
+
+
+def sweep(scenario: Union[PathLike, Scenario, None] = DEFAULT_SCENARIO, *,
+          variants: Union[str, Sequence[str], None] = None, modes: Union[str, Sequence[str], None] = None,
+          scope: Optional[str] = None, batch: Optional[int] = None, heads: Optional[int] = None,
+          head_dim: Optional[int] = None, d_model: Optional[int] = None, layers: Optional[int] = None,
+          dtype: Optional[str] = None, seq_lens: Optional[Sequence[int]] = None, min_len: Optional[int] = None,
+          max_len: Optional[int] = None, tokens_per_batch: Optional[int] = None, ff_chunks: Optional[int] = None,
+          forward_only: Optional[bool] = None, repeats: Optional[int] = None, warmup: Optional[int] = None,
+          point_timeout_s: Optional[float] = None, device: str = "auto", mem_limit: Union[str, int, None] = None,
+          out: Optional[PathLike] = None, resume: bool = False, report: bool = True,
+          capacity_seconds: float = CAPACITY_SECONDS, progress: bool = True,
+          on_start: Optional[Callable[[SweepRun], None]] = None, log: Log = _quiet) -> SweepRun:
+    """Measure every variant x mode x length, each point in its own process, into ``out``
+    (default ``runs/sweep-TIMESTAMP``): ``results.jsonl``, ``manifest.json`` and, with
+    ``report``, ``report.html`` after the capacity predictions it needs.
+
+    ``device`` auto | cpu | cuda | cuda:N. ``mem_limit`` ('12GiB' or bytes): points
+    predicted above it are skipped (default: 80% of free RAM, or the GPU's memory).
+    ``on_start(run)`` is called once everything is checked, before the first point.
+    Ctrl-C (or SIGTERM) keeps every finished point: the run comes back with
+    ``interrupted`` set and no report; ``resume=True`` completes it.
+    """
+    from datetime import datetime
+
+    from attnprof.profiler.runner.sweep import SweepSettings, resolve_device, run_sweep
+
+    sc = build_scenario(DEFAULT_SCENARIO if scenario is None else scenario, variants=variants, modes=modes,
+                        scope=scope, batch=batch, heads=heads, head_dim=head_dim, d_model=d_model, layers=layers,
+                        dtype=dtype, seq_lens=seq_lens, min_len=min_len, max_len=max_len,
+                        tokens_per_batch=tokens_per_batch, ff_chunks=ff_chunks,
+                        forward_only=forward_only, repeats=repeats, warmup=warmup,
+                        point_timeout_s=point_timeout_s)
+    if capacity_seconds < 0:
+        raise UsageProblem(f"capacity_seconds must not be negative, got {capacity_seconds}")
+    limit = _bytes(mem_limit, "--mem-limit") if mem_limit is not None else None
+    resolved = resolve_device(device)
+    run = SweepRun(Path(out) if out is not None else Path("runs") / f"sweep-{datetime.now():%Y%m%d-%H%M%S}",
+                   sc, resolved, limit if limit is not None else default_memory_limit(resolved))
+    _check_run_folder(run, resume)
+    if on_start:
+        on_start(run)
+    settings = SweepSettings(device=resolved, mem_limit_bytes=run.mem_limit_bytes, warmup=sc.warmup,
+                             repeats=sc.repeats, point_timeout_s=sc.point_timeout_s)
+    run.summary = run_sweep(sc, run.out, settings, resume=resume, show_progress=progress)
+    if report and not run.interrupted:
+        run.capacity_predictions, run.capacity_s = capacity_for_report(sc, run.out, capacity_seconds, log)
+        run.report_path = _render(run.out, None, None, seconds=REPORT_SECONDS)
+    return run
+
+
+def default_memory_limit(device: str) -> int:
+    """What a sweep may plan for: 80% of available RAM, or the GPU's total memory."""
+    from attnprof.profiler.measure.gpu import default_memory_limit_bytes
+
+    return default_memory_limit_bytes(device)
+
+
+def _check_run_folder(run: SweepRun, resume: bool) -> None:
+    """The sweep's own refusals, made before anything is printed or written."""
+    from attnprof.profiler.runner.manifest import check_resumable
+    from attnprof.profiler.runner.storage import read_records
+    from attnprof.profiler.runner.sweep import SweepError
+
+    if run.out.exists() and not run.out.is_dir():
+        raise SweepError(f"--out {run.out} is a file; give a folder")
+    existing = read_records(run.out) if run.out.is_dir() else []
+    if existing and not resume:
+        raise SweepError(f"{run.out} already holds results; pass --resume to complete it, or choose another --out")
+    if existing:
+        check_resumable(run.out, run.scenario, run.device)
+
+
+def capacity_for_report(sc: Scenario, out: Path, seconds: float = CAPACITY_SECONDS,
+                        log: Log = _quiet) -> tuple[int, float]:
+    """Predict, within about ``seconds``, the lengths that decide the report's "longest
+    length that fits" table, so its figures are predictions rather than extrapolations.
+
+    Series run in parallel (fake tensors, ~70 s for the whole default scenario on 2
+    cores); what is unfinished when the time is up is left out, and the report marks
+    those figures '~' (extrapolated). Returns (predictions made, seconds taken).
+    """
+    from attnprof.reports.capacity import BUDGETS_GIB, add_predictions
+
+    started = time.perf_counter()
+    if seconds <= 0:
+        return 0, 0.0
+    log(f"predicting the longest length that fits {min(BUDGETS_GIB)}-{max(BUDGETS_GIB)} GiB for the report "
+        f"(fake tensors, at most ~{seconds:.0f} s) ...")
+    entries = _capacity_within(sc, tuple(BUDGETS_GIB), seconds)
+    add_predictions(out, entries)
+    took = time.perf_counter() - started
+    log(f"  {len(entries)} predictions in {took:.1f} s")
+    return len(entries), took
+
+
+def _capacity_within(sc: Scenario, budgets_gib: tuple, seconds: float) -> dict:
+    """``capacity_predictions`` one series per task in a process pool, keeping what
+    finishes within ``seconds``; the workers still busy then are terminated."""
+    import multiprocessing as mp
+    import os
+
+    from attnprof.profiler.runner.plan import series
+    from attnprof.profiler.runner.predict import capacity_predictions
+
+    parts = [sc.override(variants=(points[0].variant,), modes=(points[0].mode,)) for points in series(sc)]
+    deadline = time.monotonic() + seconds
+    entries: dict = {}
+    # fork, as capacity_predictions itself does: predictions run no real kernels, touch no GPU
+    pool = mp.get_context("fork").Pool(max(1, min(len(parts), os.cpu_count() or 1)))
+    try:
+        pending = [pool.apply_async(capacity_predictions, (part, budgets_gib)) for part in parts]
+        for result in pending:
+            result.wait(max(0.0, deadline - time.monotonic()))
+            if result.ready() and result.successful():
+                entries.update(result.get())
+    finally:
+        pool.terminate()  # unfinished series: their figures stay extrapolations ('~')
+        pool.join()
+    return entries
+
+
+# --- report -----------------------------------------------------------------------------------
+def report(run_dir: PathLike, *, output: Optional[PathLike] = None, baseline: Optional[PathLike] = None,
+           seconds: float = REPORT_SECONDS) -> Path:
+    """Write the self-contained HTML report of a run folder (default ``RUN_DIR/report.html``)
+    with PNG charts beside it, optionally against a ``baseline`` run folder; return its
+    path. ``seconds``: time for capacity predictions the run lacks (0 = none)."""
+    if seconds < 0:
+        raise UsageProblem(f"--seconds must not be negative, got {seconds}")
+    return _render(Path(run_dir), output, baseline, seconds)
+
+
+def _render(run_dir: Path, output: Optional[PathLike], baseline: Optional[PathLike], seconds: float) -> Path:
+    from attnprof.reports.render import render_report
+
+    return render_report(Path(run_dir), Path(output) if output is not None else None,
+                         Path(baseline) if baseline is not None else None, seconds=seconds)
+
+
+# --- gate -------------------------------------------------------------------------------------
+@dataclass
+class GateRun:
+    """The gate's verdict: ``exit_code`` 0 pass, 1 a memory regression, 2 not comparable."""
+
+    exit_code: int
+    run_dir: Path
+    lines: list = field(default_factory=list)  # what `attnprof gate` prints ('error: ...' on stderr)
+
+    @property
+    def passed(self) -> bool:
+        return self.exit_code == 0
+
+
+def gate(run_dir: Optional[PathLike] = None, *, baseline: PathLike, tolerance: Union[str, float] = "2%",
+         abs_tolerance: Union[str, int] = "64KiB", allow_missing: bool = False,
+         markdown: Optional[PathLike] = None, json_out: Optional[PathLike] = None, update: bool = False,
+         run_scenario: Optional[str] = None, log: Log = _quiet) -> GateRun:
+    """Compare a run's deterministic peak memory with a committed baseline JSON (or,
+    with ``update``, write the baseline from the run). ``run_scenario`` first sweeps that
+    scenario on the CPU into ``run_dir`` (default a temporary folder). Every line of the
+    verdict goes to ``log`` as it comes and into ``GateRun.lines``."""
+    from attnprof.profiler.gate import run_gate
+
+    if run_scenario is not None:
+        run_dir = _gate_sweep(run_scenario, run_dir)
+    if run_dir is None:
+        raise UsageProblem("give RUN_DIR or --run SCENARIO")
+    lines: list[str] = []
+
+    def out(line: str) -> None:
+        lines.append(str(line))
+        log(str(line))
+
+    code = run_gate(baseline, run_dir, tolerance_pct=tolerance, abs_tolerance_bytes=abs_tolerance,
+                    allow_missing=allow_missing, markdown_file=markdown, json_file=json_out, update=update, out=out)
+    return GateRun(code, Path(run_dir), lines)
+
+
+def _gate_sweep(scenario_name: str, run_dir: Optional[PathLike]) -> Path:
+    import tempfile
+
+    from attnprof.profiler.runner.sweep import SweepSettings, run_sweep
+
+    sc = load_scenario(scenario_name)
+    out = Path(run_dir) if run_dir is not None else Path(tempfile.mkdtemp(prefix="attnprof-gate-"))
+    settings = SweepSettings(device="cpu", warmup=sc.warmup, repeats=sc.repeats, point_timeout_s=sc.point_timeout_s)
+    run_sweep(sc, out, settings, resume=True, show_progress=False)
+    return out

@@ -1,0 +1,125 @@
+"""Sweep progress (a rich live bar on a terminal, one plain line per point elsewhere)
+and the end-of-sweep summary table."""
+
+import io
+
+from attnprof.profiler.records import Point, Shape
+from attnprof.profiler.runner import progress as progress_module
+from attnprof.profiler.runner.progress import Eta, Progress, clock
+from attnprof.profiler.runner.summary import grid, print_summary, summary_table, summary_text
+
+
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def point(n=1024, variant="lsh[n_hashes=8]"):
+    return Point(variant, "plain", "model", Shape(seq_len=n, d_model=64, heads=4))
+
+
+def record(n=1024, status="ok", variant="lsh[n_hashes=8]", mode="plain", **extra):
+    base = dict(variant=variant, mode=mode, scope="model", seq_len=n, batch=1, d_model=64, heads=4, layers=1,
+                dtype="float32", ff_mult=4, ff_chunks=1, forward_only=False, status=status, point_wall_s=1.25,
+                measured_peak_bytes=3 << 20, time_fwd_ms=10.0, time_bwd_ms=22.0, reason="")
+    return {**base, **extra}
+
+
+def test_off_a_terminal_each_point_is_one_plain_line():
+    stream = io.StringIO()
+    bar = Progress(3, stream=stream, already=1)
+    bar.start(point(512))
+    assert stream.getvalue() == ""  # nothing live when nobody watches
+    bar.finish(point(512), record(512))
+    bar.finish(point(1024), record(1024, status="oom", reason="out of memory at 1024"))
+    bar.close()
+    lines = stream.getvalue().splitlines()
+    assert lines[0].startswith("[2/3] lsh[n_hashes=8] plain n=512: ok (1.2 s) peak 3.00 MiB, fwd 10.0 ms, bwd 22.0 ms")
+    assert "ETA ~" in lines[0]
+    assert lines[1].startswith("[3/3] lsh[n_hashes=8] plain n=1024: oom") and "out of memory at 1024" in lines[1]
+    assert lines[2].startswith("elapsed ") and len(lines) == 3
+    assert "\x1b" not in stream.getvalue()
+
+
+def test_disabled_progress_prints_nothing_but_counts():
+    stream = io.StringIO()
+    bar = Progress(2, enabled=False, stream=stream)
+    bar.start(point())
+    bar.finish(point(), record())
+    bar.close()
+    assert stream.getvalue() == "" and bar.done == 1
+
+
+def test_on_a_terminal_a_live_bar_shows_the_running_point_and_keeps_finished_lines():
+    stream = Terminal()
+    bar = Progress(2, stream=stream)
+    bar.start(point(256, "sdpa"))
+    bar._live.bar.refresh()
+    assert "running sdpa plain n=256" in stream.getvalue() and "0/2" in stream.getvalue()
+    bar.finish(point(256, "sdpa"), record(256, variant="sdpa"))
+    bar.start(point(512, "sdpa"))
+    bar._live.bar.refresh()
+    assert "1/2" in stream.getvalue() and "ETA ~" in stream.getvalue()
+    bar.finish(point(512, "sdpa"), record(512, variant="sdpa"))
+    bar.close()
+    text = stream.getvalue()
+    assert "sdpa plain n=256: ok" in text and "sdpa plain n=512: ok" in text
+    assert "elapsed " in text.rstrip().splitlines()[-1]  # after the bar, which is gone
+
+
+def test_a_long_reason_is_cut_not_wrapped():
+    stream = io.StringIO()
+    bar = Progress(1, stream=stream)
+    bar.finish(point(), record(status="error", reason="x" * 1000))
+    assert len(stream.getvalue().splitlines()[0]) <= progress_module.LINE_CHARS
+
+
+def test_eta_is_the_mean_time_per_point_of_this_run_counting_down(monkeypatch):
+    now = [100.0]
+    monkeypatch.setattr(progress_module.time, "perf_counter", lambda: now[0])
+    eta = Eta(total=10, already=4)  # four kept from before: they took no time here
+    assert eta.seconds_left() is None and eta.text() == "ETA ?"
+    now[0] = 110.0
+    eta.finish()  # 10 s per point, 5 left
+    assert eta.seconds_left() == 50.0
+    now[0] = 130.0
+    assert eta.seconds_left() == 30.0 and eta.text() == "ETA ~0m30s"
+    assert clock(3725) == "1h02m" and clock(65) == "1m05s"
+
+
+def test_the_summary_has_one_row_per_variant_and_mode_and_the_last_record_wins():
+    records = [record(256), record(512), record(512, status="oom"), record(256, variant="sdpa", mode="checkpoint")]
+    lengths, rows = grid(records)
+    assert lengths == [256, 512]
+    assert rows == [("lsh[n_hashes=8]", "plain", {256: "3.00 MiB 32ms", 512: "oom"}),
+                    ("sdpa", "checkpoint", {256: "3.00 MiB 32ms"})]
+    text = summary_text(records)
+    assert "peak tensor memory and fwd+bwd time" in text and "oom" in text
+    assert summary_table(records) == text
+
+
+def test_the_rich_summary_is_never_wrapped_off_a_terminal():
+    records = [record(n, variant=v, mode=m) for v in ("lsh[n_hashes=8]", "sparse_strided") for m in
+               ("plain", "checkpoint", "reversible") for n in (256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)]
+    out = io.StringIO()
+    print_summary(records, file=out)
+    lines = out.getvalue().splitlines()
+    assert any("lsh[n_hashes=8]" in line for line in lines)  # a label's brackets are text, not markup
+    assert sum("reversible" in line for line in lines) == 2  # one line per row
+    assert "65536" in out.getvalue() and "\x1b" not in out.getvalue()
+    empty = io.StringIO()
+    print_summary([], file=empty)
+    assert empty.getvalue() == "(no points)\n"
+
+
+def test_on_a_narrow_terminal_a_cells_time_goes_under_its_memory(monkeypatch):
+    class Narrow(Terminal):
+        pass
+
+    monkeypatch.setenv("COLUMNS", "60")
+    records = [record(n, variant="sdpa") for n in (256, 512, 1024, 2048)]
+    out = Narrow()
+    print_summary(records, file=out)
+    text = out.getvalue()
+    assert "3.00 MiB" in text and "32ms" in text
+    assert not any("3.00 MiB 32ms" in line for line in text.splitlines())

@@ -1,0 +1,168 @@
+"""Run-folder I/O on hostile files, in-process and fast: every bad line is a reported
+problem, never a crash; a failed append leaves the file as it was; one writer at a time."""
+
+from __future__ import annotations
+
+import errno
+import json
+import math
+
+import pytest
+
+from attnprof.errors import UserError
+from attnprof.profiler.records import PointRecord, Shape
+from attnprof.profiler.runner import storage
+from attnprof.profiler.runner.plan import PlanError, check_addressable
+from attnprof.profiler.runner.schema import MAX_LINE_BYTES
+from attnprof.profiler.runner.errors import StorageError
+from attnprof.profiler.runner.storage import (MANIFEST_FILE, RESULTS_FILE, RunFolderBusy, acquire_lock,
+                                              append_record, load_run, read_manifest, read_manifest_checked,
+                                              read_records, read_records_checked, release_lock, repair_tail)
+from attnprof.profiler.runner.sweep import SweepError, SweepSettings
+
+
+def record(n: int = 64, **change) -> dict:
+    rec = PointRecord(variant="sdpa", mode="plain", scope="model", seq_len=n, batch=1, d_model=32, heads=2,
+                      head_dim=16, layers=1, dtype="float32", measured_peak_bytes=1000 * n, time_fwd_ms=1.5,
+                      time_fwd_samples_ms=[1.5], predicted_breakdown_bytes={"activations": 10}).to_row()
+    rec.update(change)
+    return rec
+
+
+def line(rec: dict) -> bytes:
+    return json.dumps(rec).encode()
+
+
+BAD_LINES = [
+    (b"\x00\x01\xff\xfe", "not UTF-8"),
+    (b"{not json", "not valid JSON"),
+    (b"[1, 2]", "a list where a record"),
+    (b'"just a string"', "a string where a record"),
+    (b"42", "an integer where a record"),
+    (line(record(variant=["sdpa"])), "variant expected a string, got a list"),
+    (line({k: v for k, v in record().items() if k != "seq_len"}), "missing field seq_len"),
+    (line(record(seq_len=None)), "seq_len is null"),
+    (line(record(seq_len=64.0)), "seq_len expected an integer, got a number"),
+    (line(record(seq_len=True)), "seq_len expected an integer, got a boolean"),
+    (line(record(seq_len=-4)), "seq_len must be a positive integer"),
+    (line(record(heads=3)), "not divisible by heads"),
+    (line(record(head_dim=7)), "head_dim 7 is not d_model/heads"),
+    (line(record(status="exploded")), "status 'exploded' is not one of"),
+    (line(record(time_fwd_ms="fast")), "time_fwd_ms expected a number, got a string"),
+    (line(record(time_fwd_samples_ms=[1.0, "x"])), "holds a string where a number belongs"),
+    (line(record(predicted_breakdown_bytes={"a": [1]})), "holds 'a': a list where a number belongs"),
+    (b"[" * 200_000 + b"]" * 200_000, "nested too deeply"),
+    (b'{"variant": ' + b"[" * 200_000 + b"]" * 200_000 + b"}", "nested too deeply"),
+    (b'{"seq_len": ' + b"9" * 5000 + b"}", "not valid JSON"),
+    (b" " * (MAX_LINE_BYTES + 1) + b"{}", "too long"),
+]
+
+
+@pytest.mark.parametrize("raw, reason", BAD_LINES, ids=[r for _, r in BAD_LINES])
+def test_each_invalid_line_is_a_problem_with_its_line_number(tmp_path, raw, reason):
+    (tmp_path / RESULTS_FILE).write_bytes(line(record(64)) + b"\n\n" + raw + b"\n" + line(record(128)) + b"\n")
+    records, problems = read_records_checked(tmp_path)
+    assert [r["seq_len"] for r in records] == [64, 128]
+    assert len(problems) == 1 and problems[0].line == 3, problems
+    assert reason in problems[0].reason and "\n" not in problems[0].reason and len(problems[0].reason) < 200
+    assert [r["seq_len"] for r in read_records(tmp_path)] == [64, 128]  # the callers that want records only
+    assert list(load_run(tmp_path)["seq_len"]) == [64, 128]
+
+
+def test_records_are_normalized_to_every_field(tmp_path):
+    old = {k: v for k, v in record().items() if k in ("variant", "mode", "scope", "seq_len", "batch", "d_model",
+                                                       "heads", "head_dim", "layers", "dtype", "status")}
+    (tmp_path / RESULTS_FILE).write_text(json.dumps({**old, "unknown_key": {"x": 1}}) + "\n")
+    [rec] = read_records(tmp_path)
+    assert rec == PointRecord(**old).to_row()  # defaults filled in, the unknown key dropped
+    (tmp_path / RESULTS_FILE).write_text(json.dumps(record(time_fwd_ms=math.nan)) + "\n")
+    assert math.isnan(read_records(tmp_path)[0]["time_fwd_ms"])  # NaN is a float, as json writes it
+
+
+def test_missing_or_unreadable_results_are_no_crash(tmp_path):
+    assert read_records_checked(tmp_path) == ([], [])
+    (tmp_path / RESULTS_FILE).mkdir()
+    records, problems = read_records_checked(tmp_path)
+    assert records == [] and len(problems) == 1 and "cannot read" in problems[0].reason
+
+
+@pytest.mark.parametrize("text, reason", [
+    (b"\xff\xfe", "not UTF-8"), (b"{torn", "not valid JSON"), (b"[1]", "not a JSON object"),
+    (b"[" * 200_000 + b"]" * 200_000, "nested too deeply"), (b'{"settings": [1, 2]}', "settings is not an object")])
+def test_a_bad_manifest_reads_as_empty_with_a_reason(tmp_path, text, reason):
+    (tmp_path / MANIFEST_FILE).write_bytes(text)
+    manifest, problem = read_manifest_checked(tmp_path)
+    assert "settings" not in manifest and reason in problem
+    assert read_manifest(tmp_path) == manifest
+
+
+# --- writing -------------------------------------------------------------------------------
+def test_a_failed_append_truncates_back_and_is_a_one_line_exit_1_error(tmp_path, monkeypatch):
+    append_record(tmp_path, PointRecord.from_dict(record(64)))
+    before = (tmp_path / RESULTS_FILE).read_bytes()
+    real_write = storage.os.write
+
+    def half_then_full(fd, data):  # the disk fills in the middle of the line
+        if len(data) > 100:
+            return real_write(fd, bytes(data[: len(data) // 2]))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(storage.os, "write", half_then_full)
+    with pytest.raises(StorageError) as info:
+        append_record(tmp_path, PointRecord.from_dict(record(128)))
+    monkeypatch.undo()
+    assert isinstance(info.value, UserError) and info.value.exit_code == 1
+    assert "No space left on device" in str(info.value) and "\n" not in str(info.value)
+    assert (tmp_path / RESULTS_FILE).read_bytes() == before
+
+
+@pytest.mark.parametrize("tail, dropped", [(b"", None), (b'{"variant": "sd', "removed"), (b"\x00\x00\x00", "removed"),
+                                           (b"[1]\n", "removed"), (b"\n\n", None)])
+def test_repair_cuts_only_a_torn_or_invalid_tail(tmp_path, tail, dropped):
+    good = line(record(64)) + b"\n" + b"garbage in the middle\n" + line(record(128)) + b"\n"
+    path = tmp_path / RESULTS_FILE
+    path.write_bytes(good + tail)
+    note = repair_tail(tmp_path)
+    assert (note is None) if dropped is None else (dropped in note and "\n" not in note)
+    assert path.read_bytes() == good + (tail if dropped is None else b"")
+    assert repair_tail(tmp_path) is None
+
+
+def test_repair_adds_a_missing_final_newline(tmp_path):
+    path = tmp_path / RESULTS_FILE
+    path.write_bytes(line(record(64)))
+    assert "newline" in repair_tail(tmp_path)
+    assert path.read_bytes() == line(record(64)) + b"\n"
+
+
+def test_one_writer_at_a_time(tmp_path):
+    fd = acquire_lock(tmp_path)
+    with pytest.raises(RunFolderBusy) as info:
+        acquire_lock(tmp_path)
+    assert info.value.holder.isdigit()
+    release_lock(fd)
+    release_lock(acquire_lock(tmp_path))
+
+
+# --- refused before anything runs ----------------------------------------------------------
+@pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan, 0, -1.0, True, "300"])
+def test_a_point_timeout_that_would_never_fire_is_refused(value):
+    with pytest.raises(SweepError, match="--point-timeout must be a finite positive"):
+        SweepSettings(point_timeout_s=value)
+
+
+def test_lengths_beyond_int64_are_a_plan_error():
+    check_addressable(Shape(seq_len=1 << 20, d_model=32, heads=2))
+    with pytest.raises(PlanError, match="beyond what torch can address") as info:
+        check_addressable(Shape(seq_len=1 << 31, d_model=32, heads=2))
+    assert "\n" not in str(info.value)
+
+
+def test_a_record_without_a_status_is_refused_not_read_as_ok():
+    from attnprof.profiler.runner.schema import check_record
+
+    good = PointRecord(variant="sdpa", mode="plain", scope="model", seq_len=64, batch=1, d_model=32, heads=2,
+                       head_dim=16, layers=1, dtype="float32").to_row()
+    assert check_record(good)[0]["status"] == "ok"
+    record, problem = check_record({k: v for k, v in good.items() if k != "status"})
+    assert record is None and problem == "missing field status"

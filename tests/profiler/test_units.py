@@ -1,0 +1,69 @@
+"""How numbers read and print: one formatter per kind, the same text everywhere."""
+
+import math
+
+import pandas as pd
+import pytest
+
+from attnprof.profiler import units
+from attnprof.profiler.records import step_time_ms, variant_family
+from attnprof.profiler.units import (GIB, fmt_bytes, fmt_flops, fmt_len, fmt_ms, fmt_pct, missing, mpl_text,
+                                     parse_bytes, parse_percent)
+
+
+@pytest.mark.parametrize("n, text", [(0, "0 B"), (512, "512 B"), (1536, "1.50 KiB"), (4 << 20, "4.00 MiB"),
+                                     (int(32.05 * GIB), "32.05 GiB"), (141 * GIB, "141.00 GiB"),
+                                     (3 << 40, "3.00 TiB"), (-(2 << 20), "-2.00 MiB"), (1048576.0, "1.00 MiB")])
+def test_bytes_print_one_way(n, text):
+    assert fmt_bytes(n) == text
+
+
+@pytest.mark.parametrize("value", [None, float("nan"), pd.NA, pd.NaT])
+def test_missing_values_print_as_the_chosen_blank(value):
+    assert missing(value)
+    assert fmt_bytes(value) == "-" and fmt_bytes(value, blank="") == ""
+    assert fmt_ms(value) == fmt_len(value) == fmt_pct(value) == fmt_flops(value) == "-"
+    assert fmt_ms(value, blank="?") == "?"
+
+
+def test_a_number_prints_the_same_whoever_asks():
+    """The report, the gate and the CLI all print through profiler.units: no second formatter."""
+    from attnprof.profiler.gate import format as gate_format
+    from attnprof.reports import charts, diff, tables
+
+    for module in (gate_format, charts, diff, tables):
+        assert getattr(module, "fmt_bytes", units.fmt_bytes) is units.fmt_bytes
+        assert not hasattr(module, "format_bytes")
+    with pytest.raises(ImportError):
+        import attnprof.reports.units  # noqa: F401  (gone: profiler.units is the one home)
+
+
+def test_lengths_times_and_percentages():
+    assert [fmt_len(n) for n in (256, 1024, 65536, 1 << 20, 1000)] == ["256", "1K", "64K", "1M", "1000"]
+    assert fmt_ms(12.345) == "12.3 ms" and fmt_ms(2500) == "2.5 s"
+    assert fmt_pct(11.11) == "+11.1%" and fmt_pct(-2.96) == "-3.0%"
+    assert fmt_flops(2.5e12) == "2.50 TFLOP"
+    assert mpl_text("a$b$") == r"a\$b\$"
+
+
+def test_parse_sizes_and_percentages():
+    assert parse_bytes("80GiB") == 80 * GIB and parse_bytes("1.5 GB") == 1_500_000_000 and parse_bytes(4096) == 4096
+    assert parse_bytes("0", allow_zero=True) == 0
+    assert parse_percent("2%") == parse_percent(" 2 ") == 2.0
+    for bad in ("-1%", "nan", "NaN%", "inf", "-inf%", "1e999", "two"):
+        with pytest.raises(ValueError):
+            parse_percent(bad)
+    for bad in ("-1", "1 parsec", "inf", "nan", "0"):
+        with pytest.raises(ValueError):
+            parse_bytes(bad)
+
+
+def test_variant_family_is_pure_string_work():
+    assert variant_family("lsh[n_hashes=8]") == "lsh" and variant_family("sdpa") == "sdpa"
+    assert variant_family("pkg.mod:Cls[x=1]") == "pkg.mod:Cls" and variant_family("[x]") == "[x]"
+
+
+def test_step_time_is_forward_plus_backward_on_numbers_and_series():
+    assert step_time_ms(2.0, 3.0) == 5.0 and step_time_ms(2.0, None) == 2.0 and step_time_ms(None, 3.0) is None
+    total = step_time_ms(pd.Series([2.0, 2.0, math.nan]), pd.Series([3.0, math.nan, 3.0]))
+    assert total.tolist()[:2] == [5.0, 2.0] and math.isnan(total.iloc[2])
