@@ -16,6 +16,7 @@ notes passed to ``log``. torch, pandas and matplotlib are imported only when nee
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -143,11 +144,22 @@ class Predictions:
     records: list
     scenario: Scenario
     budget_bytes: Optional[int] = None
+    gpus: list = field(default_factory=list)  # GPU table keys the GPU memory model ran for (--gpu)
 
     def table(self) -> str:
         from attnprof.profiler.runner.predict import format_table
 
-        return format_table(self.records, self.budget_bytes)
+        if not self.gpus:
+            return format_table(self.records, self.budget_bytes)
+        from attnprof.profiler.gpu.model import GPU_FIELDS, format_gpu_budget_table, format_gpu_table
+
+        if self.budget_bytes is not None:
+            return format_gpu_budget_table(self.records)
+        points = {}  # one row per point for the fake-tensor table; the model's rows below it
+        for r in self.records:
+            points.setdefault(tuple(r.get(k) for k in ("variant", "mode", "scope", "seq_len", "batch")),
+                              {k: v for k, v in r.items() if k not in GPU_FIELDS})
+        return format_table(list(points.values())) + "\n\n" + format_gpu_table(self.records)
 
 
 def predict(scenario: Union[PathLike, Scenario, None] = None, *, budget: Union[str, int, None] = None,
@@ -156,24 +168,79 @@ def predict(scenario: Union[PathLike, Scenario, None] = None, *, budget: Union[s
             head_dim: Optional[int] = None, d_model: Optional[int] = None, layers: Optional[int] = None,
             dtype: Optional[str] = None, seq_lens: Optional[Sequence[int]] = None, min_len: Optional[int] = None,
             max_len: Optional[int] = None, tokens_per_batch: Optional[int] = None,
-            ff_chunks: Optional[int] = None, forward_only: Optional[bool] = None) -> Predictions:
+            ff_chunks: Optional[int] = None, forward_only: Optional[bool] = None,
+            gpus: Union[str, Sequence[str], None] = None, gpu_files: Sequence[PathLike] = (),
+            resolution: Optional[int] = None, no_cache: bool = False) -> Predictions:
     """Peak memory and FLOPs of each point without allocating (fake tensors, any machine).
 
     Without a scenario or lengths it predicts every variant at 65536 tokens. ``budget``
     ('80GiB' or bytes): per series, the longest power-of-two length whose predicted peak
-    fits, searched from ``min_len`` (default 256) up to ``max_len`` (default 1M).
+    fits, searched from ``min_len`` (default 256) up to ``max_len`` (default 1M); with
+    ``resolution`` (tokens), the longest multiple of it that fits, by a search over exact
+    predictions (``longest_fitting``). ``no_cache``: neither read nor write the persistent
+    prediction cache (profiler/measure/cache.py).
+
+    ``gpus`` (GPU table keys, ``gpu_table``): also run the GPU memory model, one record
+    per point x GPU with the ``gpu_*`` fields (predicted allocator peaks and total; see
+    docs/gpu.md). With ``budget`` too: per series and GPU, the longest length whose
+    modelled total fits both the GPU's memory and the budget. ``gpu_files``: more GPUs
+    (TOML), after ATTNPROF_GPUS's.
     """
+    from attnprof.profiler.measure import cache
+
+    if resolution is not None:
+        if resolution <= 0:
+            raise UsageProblem(f"--resolution must be a positive number of tokens, got {resolution}")
+        if budget is None:
+            raise UsageProblem("--resolution goes with --budget: the longest length that fits, at that resolution")
+        if gpus:
+            raise UsageProblem("--resolution is not available with --gpu; leave out one of them")
+    with cache.disabled() if no_cache else contextlib.nullcontext():
+        return _predictions(scenario, budget=budget, variants=variants, modes=modes, scope=scope, batch=batch,
+                        heads=heads, head_dim=head_dim, d_model=d_model, layers=layers, dtype=dtype,
+                        seq_lens=seq_lens, min_len=min_len, max_len=max_len, tokens_per_batch=tokens_per_batch,
+                        ff_chunks=ff_chunks, forward_only=forward_only, gpus=gpus, gpu_files=gpu_files,
+                        resolution=resolution)
+
+
+def _predictions(scenario, *, budget, variants, modes, scope, batch, heads, head_dim, d_model, layers, dtype, seq_lens,
+             min_len, max_len, tokens_per_batch, ff_chunks, forward_only, gpus, gpu_files, resolution) -> Predictions:
     from attnprof.profiler.runner.predict import longest_fitting, predict_points
 
     budget_bytes = _bytes(budget, "--budget") if budget is not None else None
+    specs = gpu_table(gpus, gpu_files) if gpus else []  # unknown names fail before any work
     sc = build_scenario(scenario, base=Scenario(min_len=PREDICT_LEN, max_len=PREDICT_LEN), variants=variants,
                         modes=modes, scope=scope, batch=batch, heads=heads, head_dim=head_dim, d_model=d_model,
                         layers=layers, dtype=dtype, seq_lens=seq_lens, min_len=min_len, max_len=max_len,
                         tokens_per_batch=tokens_per_batch, ff_chunks=ff_chunks, forward_only=forward_only)
-    if budget_bytes is None:
-        return Predictions(predict_points(sc), sc)
+    keys = [g.key for g in specs]
     start = 1 << max(0, (min_len or 256) - 1).bit_length()  # the first power of two >= min_len
-    return Predictions(longest_fitting(sc, budget_bytes, start=start, limit=max_len), sc, budget_bytes)
+    if budget_bytes is None:
+        records = predict_points(sc)
+        if specs:
+            from attnprof.profiler.gpu.model import add_gpu_fields
+            from attnprof.profiler.runner.plan import series
+
+            records = add_gpu_fields(records, [p for s in series(sc) for p in s], specs)
+        return Predictions(records, sc, gpus=keys)
+    if specs:
+        from attnprof.profiler.gpu.model import gpu_longest_fitting
+
+        return Predictions(gpu_longest_fitting(sc, specs, budget_bytes, start=start, limit=max_len), sc,
+                           budget_bytes, gpus=keys)
+    return Predictions(longest_fitting(sc, budget_bytes, start=start, limit=max_len, resolution=resolution), sc,
+                       budget_bytes)
+
+
+def gpu_table(gpus: Union[str, Sequence[str], None] = None, gpu_files: Sequence[PathLike] = ()) -> list:
+    """GPU specs (``attnprof.profiler.gpu.table.GpuSpec``): the named ones, in order, or every
+    known GPU. Known = the built-in table, ATTNPROF_GPUS's files, then ``gpu_files``. An
+    unknown name or a bad file is a one-line UserError. Imports no torch."""
+    from attnprof.profiler.gpu.table import load_gpus, resolve_gpus
+
+    if gpus:
+        return resolve_gpus([gpus] if isinstance(gpus, str) else list(gpus), gpu_files)
+    return sorted(load_gpus(gpu_files).values(), key=lambda g: (g.memory_bytes, g.key))
 
 
 # --- sweep ------------------------------------------------------------------------------------
@@ -183,9 +250,10 @@ class SweepRun:
 
     out: Path
     scenario: Scenario
-    device: str  # resolved: cpu | cuda | cuda:N
-    mem_limit_bytes: int
+    device: str  # resolved: cpu | cuda | cuda:N (auto with executor ray: the cluster decides)
+    mem_limit_bytes: Optional[int]  # None: each point's own device's memory (executor ray)
     summary: Any = None  # attnprof.profiler.runner.sweep.SweepSummary, once the sweep ran
+    parts: list = field(default_factory=list)  # gpu_types: one run folder per GPU type, under out
     report_path: Optional[Path] = None
     capacity_s: Optional[float] = None  # seconds the report's capacity predictions took
     capacity_predictions: int = 0
@@ -211,7 +279,11 @@ class SweepRun:
         """Every record in the run folder (earlier runs' too, with ``resume``)."""
         from attnprof.profiler.runner.storage import read_records
 
-        return read_records(self.out)
+        return [r for folder in self.folders() for r in read_records(folder)]
+
+    def folders(self) -> list[Path]:
+        """The run folder, or with ``gpu_types`` the run folder of each GPU type."""
+        return list(self.parts) or [self.out]
 
 
 def sweep(scenario: Union[PathLike, Scenario, None] = DEFAULT_SCENARIO, *,
@@ -224,7 +296,10 @@ def sweep(scenario: Union[PathLike, Scenario, None] = DEFAULT_SCENARIO, *,
           point_timeout_s: Optional[float] = None, device: str = "auto", mem_limit: Union[str, int, None] = None,
           out: Optional[PathLike] = None, resume: bool = False, report: bool = True,
           capacity_seconds: float = CAPACITY_SECONDS, progress: bool = True,
-          on_start: Optional[Callable[[SweepRun], None]] = None, log: Log = _quiet) -> SweepRun:
+          on_start: Optional[Callable[[SweepRun], None]] = None, log: Log = _quiet,
+          gpus: Union[str, Sequence[str], None] = None, gpu_files: Sequence[PathLike] = (),
+          executor: str = "local", parallel: Optional[int] = None, ray_address: Optional[str] = None,
+          ray_cpus_per_point: float = 1.0, gpu_types: Union[str, Sequence[str], None] = None) -> SweepRun:
     """Measure every variant x mode x length, each point in its own process, into ``out``
     (default ``runs/sweep-TIMESTAMP``): ``results.jsonl``, ``manifest.json`` and, with
     ``report``, ``report.html`` after the capacity predictions it needs.
@@ -234,11 +309,23 @@ def sweep(scenario: Union[PathLike, Scenario, None] = DEFAULT_SCENARIO, *,
     ``on_start(run)`` is called once everything is checked, before the first point.
     Ctrl-C (or SIGTERM) keeps every finished point: the run comes back with
     ``interrupted`` set and no report; ``resume=True`` completes it.
+
+    ``gpus`` (GPU table keys, ``gpu_table``): the report's "what fits where" and capacity
+    chart are per named GPU, by the GPU memory model (predicted, never measured), and the
+    capacity phase models those GPUs; the figures go to the report's cache file, never
+    into results.jsonl. ``gpu_files``: more GPUs (TOML).
+
+    ``executor`` local | ray (docs/scaling-out.md): ``parallel`` points at once on this
+    machine (default one per visible GPU, 1 on a CPU); or each point a Ray task on the
+    cluster at ``ray_address`` (default RAY_ADDRESS, a running local cluster, else a new
+    local one), one GPU or ``ray_cpus_per_point`` CPUs each. ``gpu_types`` (Ray; "all" or
+    names such as "H100,A100"): the sweep once per GPU type, into ``out/<TYPE>/``.
     """
     from datetime import datetime
 
     from attnprof.profiler.runner.sweep import SweepSettings, resolve_device, run_sweep
 
+    specs = gpu_table(gpus, gpu_files) if gpus else []  # unknown names fail before any work
     sc = build_scenario(DEFAULT_SCENARIO if scenario is None else scenario, variants=variants, modes=modes,
                         scope=scope, batch=batch, heads=heads, head_dim=head_dim, d_model=d_model, layers=layers,
                         dtype=dtype, seq_lens=seq_lens, min_len=min_len, max_len=max_len,
@@ -248,18 +335,36 @@ def sweep(scenario: Union[PathLike, Scenario, None] = DEFAULT_SCENARIO, *,
     if capacity_seconds < 0:
         raise UsageProblem(f"capacity_seconds must not be negative, got {capacity_seconds}")
     limit = _bytes(mem_limit, "--mem-limit") if mem_limit is not None else None
-    resolved = resolve_device(device)
+    if executor == "ray":  # the cluster's devices, not this machine's, decide the device and its memory
+        from attnprof.profiler.runner.executors.ray_cluster import require_ray
+
+        require_ray()  # one line naming the extra, before any folder exists
+        resolved, default_limit = device, None
+    else:
+        resolved = resolve_device(device)
+        default_limit = default_memory_limit(resolved)
     run = SweepRun(Path(out) if out is not None else Path("runs") / f"sweep-{datetime.now():%Y%m%d-%H%M%S}",
-                   sc, resolved, limit if limit is not None else default_memory_limit(resolved))
+                   sc, resolved, limit if limit is not None else default_limit)
+    settings = SweepSettings(device=resolved, mem_limit_bytes=run.mem_limit_bytes, warmup=sc.warmup,
+                             repeats=sc.repeats, point_timeout_s=sc.point_timeout_s, executor=executor,
+                             parallel=parallel, ray_address=ray_address, ray_cpus_per_point=ray_cpus_per_point,
+                             mem_limit_from_device=limit is None)
     _check_run_folder(run, resume)
     if on_start:
         on_start(run)
-    settings = SweepSettings(device=resolved, mem_limit_bytes=run.mem_limit_bytes, warmup=sc.warmup,
-                             repeats=sc.repeats, point_timeout_s=sc.point_timeout_s)
-    run.summary = run_sweep(sc, run.out, settings, resume=resume, show_progress=progress)
+    if gpu_types:
+        from attnprof.profiler.runner.sweep import run_by_gpu_type
+
+        run.summary, run.parts = run_by_gpu_type(sc, run.out, settings, list(_listed(gpu_types)), resume=resume,
+                                                 show_progress=progress)
+    else:
+        run.summary = run_sweep(sc, run.out, settings, resume=resume, show_progress=progress)
     if report and not run.interrupted:
-        run.capacity_predictions, run.capacity_s = capacity_for_report(sc, run.out, capacity_seconds, log)
-        run.report_path = _render(run.out, None, None, seconds=REPORT_SECONDS)
+        for folder in run.folders():
+            run.capacity_predictions, run.capacity_s = capacity_for_report(sc, folder, capacity_seconds, log, specs)
+            run.report_path = _render(folder, None, None, seconds=REPORT_SECONDS, gpus=specs)
+        if run.parts:  # one page with every GPU type side by side (reports read OUT/gpu-types.json)
+            run.report_path = _render(run.out, None, None, seconds=REPORT_SECONDS, gpus=specs)
     return run
 
 
@@ -286,44 +391,59 @@ def _check_run_folder(run: SweepRun, resume: bool) -> None:
 
 
 def capacity_for_report(sc: Scenario, out: Path, seconds: float = CAPACITY_SECONDS,
-                        log: Log = _quiet) -> tuple[int, float]:
+                        log: Log = _quiet, gpus: Sequence = ()) -> tuple[int, float]:
     """Predict, within about ``seconds``, the lengths that decide the report's "longest
     length that fits" table, so its figures are predictions rather than extrapolations.
 
     Series run in parallel (fake tensors, ~70 s for the whole default scenario on 2
     cores); what is unfinished when the time is up is left out, and the report marks
     those figures '~' (extrapolated). Returns (predictions made, seconds taken).
+    ``gpus`` (GpuSpecs): model those GPUs instead of the generic budgets (the GPU memory
+    model's figures, one per point and GPU, into the report's GPU cache file).
     """
-    from attnprof.reports.capacity import BUDGETS_GIB, add_predictions
+    from attnprof.reports.capacity import BUDGETS_GIB, add_gpu_predictions, add_predictions
 
     started = time.perf_counter()
     if seconds <= 0:
         return 0, 0.0
-    log(f"predicting the longest length that fits {min(BUDGETS_GIB)}-{max(BUDGETS_GIB)} GiB for the report "
-        f"(fake tensors, at most ~{seconds:.0f} s) ...")
-    entries = _capacity_within(sc, tuple(BUDGETS_GIB), seconds)
-    add_predictions(out, entries)
+    if gpus:
+        log(f"modelling the longest length that fits {', '.join(g.key for g in gpus)} for the report "
+            f"(GPU memory model, at most ~{seconds:.0f} s) ...")
+        entries = _capacity_within(sc, tuple(BUDGETS_GIB), seconds, list(gpus))
+        add_gpu_predictions(out, list(gpus), entries)
+    else:
+        log(f"predicting the longest length that fits {min(BUDGETS_GIB)}-{max(BUDGETS_GIB)} GiB for the report "
+            f"(fake tensors, at most ~{seconds:.0f} s) ...")
+        entries = _capacity_within(sc, tuple(BUDGETS_GIB), seconds)
+        add_predictions(out, entries)
     took = time.perf_counter() - started
     log(f"  {len(entries)} predictions in {took:.1f} s")
     return len(entries), took
 
 
-def _capacity_within(sc: Scenario, budgets_gib: tuple, seconds: float) -> dict:
-    """``capacity_predictions`` one series per task in a process pool, keeping what
-    finishes within ``seconds``; the workers still busy then are terminated."""
+def _capacity_within(sc: Scenario, budgets_gib: tuple, seconds: float, gpus: Optional[list] = None) -> dict:
+    """``capacity_predictions`` (or, with ``gpus``, ``gpu_capacity_predictions``) one series
+    per task in a process pool, keeping what finishes within ``seconds``; the workers
+    still busy then are terminated."""
     import multiprocessing as mp
     import os
 
     from attnprof.profiler.runner.plan import series
     from attnprof.profiler.runner.predict import capacity_predictions
 
+    if gpus:
+        from attnprof.profiler.gpu.model import gpu_capacity_predictions
+
+        task, extra = gpu_capacity_predictions, (gpus,)
+    else:
+        task, extra = capacity_predictions, (budgets_gib,)
     parts = [sc.override(variants=(points[0].variant,), modes=(points[0].mode,)) for points in series(sc)]
     deadline = time.monotonic() + seconds
     entries: dict = {}
     # fork, as capacity_predictions itself does: predictions run no real kernels, touch no GPU
     pool = mp.get_context("fork").Pool(max(1, min(len(parts), os.cpu_count() or 1)))
     try:
-        pending = [pool.apply_async(capacity_predictions, (part, budgets_gib)) for part in parts]
+        pending = [pool.apply_async(task, (part, *extra)) for part in parts]
         for result in pending:
             result.wait(max(0.0, deadline - time.monotonic()))
             if result.ready() and result.successful():
@@ -336,20 +456,29 @@ def _capacity_within(sc: Scenario, budgets_gib: tuple, seconds: float) -> dict:
 
 # --- report -----------------------------------------------------------------------------------
 def report(run_dir: PathLike, *, output: Optional[PathLike] = None, baseline: Optional[PathLike] = None,
-           seconds: float = REPORT_SECONDS) -> Path:
+           seconds: float = REPORT_SECONDS, gpus: Union[str, Sequence[str], None] = None,
+           gpu_files: Sequence[PathLike] = (), no_cache: bool = False) -> Path:
     """Write the self-contained HTML report of a run folder (default ``RUN_DIR/report.html``)
     with PNG charts beside it, optionally against a ``baseline`` run folder; return its
-    path. ``seconds``: time for capacity predictions the run lacks (0 = none)."""
+    path. ``seconds``: time for capacity predictions the run lacks (0 = none). ``gpus``
+    (GPU table keys): "what fits where" and the capacity chart per named GPU, by the GPU
+    memory model, instead of the generic budgets; ``gpu_files``: more GPUs (TOML).
+    ``no_cache``: its predictions neither read nor write the persistent prediction cache."""
+    from attnprof.profiler.measure import cache
+
+    specs = gpu_table(gpus, gpu_files) if gpus else []  # unknown names fail before any work
     if seconds < 0:
         raise UsageProblem(f"--seconds must not be negative, got {seconds}")
-    return _render(Path(run_dir), output, baseline, seconds)
+    with cache.disabled() if no_cache else contextlib.nullcontext():
+        return _render(Path(run_dir), output, baseline, seconds, specs)
 
 
-def _render(run_dir: Path, output: Optional[PathLike], baseline: Optional[PathLike], seconds: float) -> Path:
+def _render(run_dir: Path, output: Optional[PathLike], baseline: Optional[PathLike], seconds: float,
+            gpus: Sequence = ()) -> Path:
     from attnprof.reports.render import render_report
 
     return render_report(Path(run_dir), Path(output) if output is not None else None,
-                         Path(baseline) if baseline is not None else None, seconds=seconds)
+                         Path(baseline) if baseline is not None else None, seconds=seconds, gpus=list(gpus))
 
 
 # --- gate -------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from typer.core import TyperGroup
 
 from attnprof.errors import UserError
 from attnprof.profiler.records import DTYPE_ALIASES, DTYPES, MODES, SCOPES
+from attnprof.profiler.runner.executors.base import EXECUTORS
 
 EXIT_USAGE, EXIT_INTERRUPTED = 2, 130  # and 1: the gate found a regression (its own code)
 
@@ -49,6 +50,7 @@ EXAMPLES = """[bold]Examples[/]
   attnprof sweep --out runs/first      [dim]# every variant x mode, then report.html[/]
   attnprof sweep --max-len 65536 --device cpu --d-model 128 --heads 4 --layers 1
   attnprof predict --d-model 1024 --heads 16 --layers 12 --dtype bf16 --budget 80GiB
+  attnprof predict --variant sdpa --dtype bf16 --seq-len 32768 --gpu h100-sxm --gpu l4
   attnprof report runs/first --baseline runs/older
   attnprof gate --baseline .ci/baseline.json runs/ci
 """
@@ -61,6 +63,7 @@ app = typer.Typer(cls=Commands, add_completion=False, pretty_exceptions_enable=F
 # --- choices, each from its single source -------------------------------------------------------
 Scope = Enum("Scope", {s: s for s in SCOPES}, type=str)
 Dtype = Enum("Dtype", {d: d for d in (*DTYPES, *DTYPE_ALIASES)}, type=str)
+ExecutorChoice = Enum("ExecutorChoice", {e: e for e in EXECUTORS}, type=str)
 
 
 def _variants(values: Optional[List[str]]) -> Optional[List[str]]:
@@ -94,6 +97,7 @@ def _device(value: str) -> str:
 
 # --- flags shared by predict and sweep: defined once ---------------------------------------------
 WHAT, SHAPE, LENGTHS, MEASURE, OUTPUT = "What to profile", "Model shape", "Sequence lengths", "Measurement", "Output"
+SCALE = "Scaling out (docs/scaling-out.md)"
 
 VariantOpt = Annotated[Optional[List[str]], typer.Option(
     "--variant", "-v", metavar="LABEL", callback=_variants, rich_help_panel=WHAT, show_default=False,
@@ -129,6 +133,20 @@ MaxLenOpt = Annotated[Optional[int], typer.Option(
 TokensPerBatchOpt = Annotated[Optional[int], typer.Option(
     "--tokens-per-batch", rich_help_panel=LENGTHS, help="constant tokens per step: batch = N / length")]
 JsonOpt = Annotated[bool, typer.Option("--json", rich_help_panel=OUTPUT, help="print JSON to stdout, not a table")]
+NoCacheOpt = Annotated[bool, typer.Option(
+    "--no-cache", rich_help_panel=OUTPUT,
+    help="neither read nor write the prediction cache (~/.cache/attnprof or $ATTNPROF_CACHE_DIR)")]
+GPU_MODEL = "GPU memory model"
+GpuFileOpt = Annotated[Optional[List[Path]], typer.Option(
+    "--gpu-file", metavar="PATH", rich_help_panel=GPU_MODEL, show_default=False,
+    help="a TOML file of more GPUs, in the form of attnprof/profiler/gpu/gpus.toml (repeatable; "
+         "also ATTNPROF_GPUS=path.toml)")]
+GpuOpt = Annotated[Optional[List[str]], typer.Option(
+    "--gpu", metavar="NAME", rich_help_panel=GPU_MODEL, show_default=False,
+    help="also MODEL the GPU memory on this GPU ([bold]attnprof gpus[/]; repeatable), predicted, never measured: "
+         "predict: allocator allocated/reserved peaks and total = CUDA context + reserved, with --budget the "
+         "longest length that fits that GPU; sweep/report: 'what fits where' and the capacity chart per named "
+         "GPU instead of generic budgets")]
 
 SHARED = ("variant", "mode", "scope", "batch", "heads", "head_dim", "d_model", "layers", "dtype", "ff_chunks",
           "forward_only", "seq_len", "min_len", "max_len", "tokens_per_batch")
@@ -181,6 +199,22 @@ def _variants_from_registry() -> list:
 
 
 @app.command()
+def gpus(gpu_file: GpuFileOpt = None, as_json: JsonOpt = False):
+    """List the GPUs --gpu knows: memory, bandwidth, peak dense TFLOP/s per dtype, compute capability, datasheet."""
+    from attnprof import api
+
+    found = api.gpu_table(gpu_files=gpu_file or ())
+    if as_json:
+        import json
+
+        typer.echo(json.dumps([g.to_dict() for g in found], indent=1))
+        return
+    from attnprof.profiler.gpu.table import format_gpus
+
+    typer.echo(format_gpus({g.key: g for g in found}))
+
+
+@app.command()
 def scenarios():
     """List the built-in scenario files (use with --scenario NAME)."""
     from attnprof.scenarios.scenario import load_scenario, preset_names
@@ -202,11 +236,16 @@ def predict(variant: VariantOpt = None, mode: ModeOpt = None, scope: ScopeOpt = 
             budget: Annotated[Optional[str], typer.Option(
                 "--budget", metavar="SIZE", rich_help_panel=LENGTHS,
                 help="a memory size, e.g. 80GiB: the longest power-of-two length that fits, per variant x mode")] = None,
-            as_json: JsonOpt = False):
+            resolution: Annotated[Optional[int], typer.Option(
+                "--resolution", metavar="TOKENS", rich_help_panel=LENGTHS, show_default=False,
+                help="with --budget: the longest multiple of TOKENS that fits, not the longest power of two")] = None,
+            gpu: GpuOpt = None, gpu_file: GpuFileOpt = None,
+            as_json: JsonOpt = False, no_cache: NoCacheOpt = False):
     """Predict peak memory and FLOPs without allocating (fake tensors, any machine; 65536 tokens by default)."""
     from attnprof import api
 
-    result = api.predict(scenario, budget=budget, **_shared(locals()))
+    result = api.predict(scenario, budget=budget, gpus=gpu, gpu_files=gpu_file or (), resolution=resolution,
+                         no_cache=no_cache, **_shared(locals()))
     if as_json:
         import json
 
@@ -245,18 +284,40 @@ def sweep(variant: VariantOpt = None, mode: ModeOpt = None, scope: ScopeOpt = No
           report: Annotated[bool, typer.Option(
               "--report/--no-report", rich_help_panel=OUTPUT, help="write report.html into the run folder")] = True,
           quiet: Annotated[bool, typer.Option(
-              "--quiet", "-q", rich_help_panel=OUTPUT, help="no progress on stderr")] = False):
+              "--quiet", "-q", rich_help_panel=OUTPUT, help="no progress on stderr")] = False,
+          gpu: GpuOpt = None, gpu_file: GpuFileOpt = None,
+          executor: Annotated[ExecutorChoice, typer.Option(
+              "--executor", rich_help_panel=SCALE,
+              help="local: this machine | ray: each point a Ray task on a cluster, one GPU each")] = "local",
+          parallel: Annotated[Optional[int], typer.Option(
+              "--parallel", metavar="N", rich_help_panel=SCALE, show_default=False,
+              help="local: points at once, each pinned to its own GPU (default: one per visible GPU; 1 on a "
+                   "CPU, where parallel points disturb each other's timings)")] = None,
+          ray_address: Annotated[Optional[str], typer.Option(
+              "--ray-address", metavar="ADDRESS", rich_help_panel=SCALE, show_default=False,
+              help="the Ray head node, HOST:PORT (default: RAY_ADDRESS, a cluster running here, else a new "
+                   "local one)")] = None,
+          ray_cpus_per_point: Annotated[float, typer.Option(
+              "--ray-cpus-per-point", metavar="N", rich_help_panel=SCALE,
+              help="CPUs Ray reserves for each point (and its torch threads on a CPU sweep)")] = 1.0,
+          gpu_types: Annotated[Optional[List[str]], typer.Option(
+              "--gpu-types", metavar="TYPES", rich_help_panel=SCALE, show_default=False,
+              help="ray: the sweep once per GPU type of the cluster, into OUT/TYPE/: all, or names such as "
+                   "H100,A100")] = None):
     """Measure every variant x mode x length, each point in its own process: results.jsonl, then report.html."""
     from attnprof import api
     from attnprof.profiler.units import fmt_bytes
 
     def banner(run: api.SweepRun) -> None:  # after every check: a refusal prints only its error
-        typer.echo(f"attnprof sweep: scenario {run.scenario.name}, device {run.device}, "
-                   f"memory limit {fmt_bytes(run.mem_limit_bytes)}, out {run.out}", err=True)
+        limit = fmt_bytes(run.mem_limit_bytes) if run.mem_limit_bytes else "each device's memory"
+        typer.echo(f"attnprof sweep: scenario {run.scenario.name}, device {run.device}, executor "
+                   f"{executor.value}, memory limit {limit}, out {run.out}", err=True)
 
     run = api.sweep(scenario, **_shared(locals()), repeats=repeats, warmup=warmup, point_timeout_s=point_timeout,
                     device=device, mem_limit=mem_limit, out=out, resume=resume, report=report, progress=not quiet,
-                    on_start=banner, log=lambda line: typer.echo(line, err=True))
+                    on_start=banner, log=lambda line: typer.echo(line, err=True), gpus=gpu,
+                    gpu_files=gpu_file or (), executor=executor.value, parallel=parallel, ray_address=ray_address,
+                    ray_cpus_per_point=ray_cpus_per_point, gpu_types=gpu_types)
     _print_outcome(run)
     if run.interrupted:
         typer.echo(f"interrupted: every finished point is in {run.results_path}; "
@@ -280,17 +341,21 @@ def _print_outcome(run) -> None:
 
 # --- report and gate ----------------------------------------------------------------------------
 @app.command()
-def report(run_dir: Annotated[Path, typer.Argument(help="a sweep's run folder")],
+def report(run_dir: Annotated[Path, typer.Argument(
+               help="a sweep's run folder, or a sweep --gpu-types OUT folder (its GPU types side by side)")],
            output: Annotated[Optional[Path], typer.Option(
                "--output", "-o", help="HTML file to write (default RUN_DIR/report.html)")] = None,
            baseline: Annotated[Optional[Path], typer.Option(
                "--baseline", help="what to compare against: another run folder")] = None,
            seconds: Annotated[float, typer.Option(
-               "--seconds", help="time for capacity predictions the run lacks; 0 = none")] = 7.0):
+               "--seconds", help="time for capacity predictions the run lacks; 0 = none")] = 7.0,
+           gpu: GpuOpt = None, gpu_file: GpuFileOpt = None, no_cache: NoCacheOpt = False):
     """Render a self-contained HTML report with PNG charts from a run folder."""
     from attnprof import api
 
-    typer.echo(f"report: {api.report(run_dir, output=output, baseline=baseline, seconds=seconds)}")
+    path = api.report(run_dir, output=output, baseline=baseline, seconds=seconds, gpus=gpu, gpu_files=gpu_file or (),
+                      no_cache=no_cache)
+    typer.echo(f"report: {path}")
 
 
 @app.command(epilog="[bold]Examples[/]\n\n"

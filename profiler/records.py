@@ -175,6 +175,8 @@ class PointRecord:
     reason: str = ""  # why, for every status but ok (and notes for ok)
     device: str = "cpu"  # cpu | cuda
     device_name: str = ""
+    host: str = ""  # the machine that measured the point (the sweep's own for points it did not run)
+    worker_pid: Optional[int] = None  # the process that measured it; None when no worker ran
     # --- prediction (fake tensors, CPU device) ---
     predicted_peak_bytes: Optional[int] = None
     predicted_breakdown_bytes: dict = field(default_factory=dict)  # category -> bytes at the peak
@@ -190,6 +192,15 @@ class PointRecord:
     nvml_note: str = ""
     rss_peak_bytes: Optional[int] = None  # sampled resident set size during the memory pass
     rss_baseline_bytes: Optional[int] = None  # RSS just before the memory pass
+    # --- GPU memory MODEL (attnprof predict --gpu; profiler/gpu, docs/gpu.md): predicted, never measured ---
+    gpu: str = ""  # the GPU table key the model ran for, e.g. "h100-sxm"
+    gpu_sdpa_backend: str = ""  # flash | efficient | cudnn | math, "" when the variant calls no SDPA
+    gpu_tensor_peak_bytes: Optional[int] = None  # bytes requested from the allocator (tensors + workspaces), peak
+    gpu_allocated_peak_bytes: Optional[int] = None  # simulated max_memory_allocated
+    gpu_reserved_peak_bytes: Optional[int] = None  # simulated max_memory_reserved
+    gpu_total_bytes: Optional[int] = None  # CUDA context + reserved: what NVML would show for the process
+    gpu_fits: Optional[bool] = None  # the simulated allocator never runs out on that GPU
+    gpu_note: str = ""
     # --- timing pass ---
     warmup: int = 0
     repeats: int = 0

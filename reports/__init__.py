@@ -3,7 +3,8 @@
 ``attnprof.reports.render.render_report(run_dir)`` is the entry point. The modules are
 small and single-purpose: ``data`` (load, check and tidy a run), ``builtins`` (the only
 labels a report resolves: built-in variants, never plug-in code), ``palette`` (colours),
-``scaling`` (fitted slopes), ``capacity`` (longest length that fits a memory budget),
-``charts`` (PNGs), ``diff`` (against a baseline run, judged by ``profiler.gate.verdict``),
-``tables`` and ``page`` (HTML). Numbers print through ``profiler.units``.
+``scaling`` (fitted slopes), ``capacity`` (longest length that fits a memory budget, or a
+named GPU by the GPU memory model), ``charts`` (PNGs), ``diff`` (against a baseline run,
+judged by ``profiler.gate.verdict``), ``tables`` and ``page`` (HTML). Numbers print
+through ``profiler.units``.
 """

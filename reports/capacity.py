@@ -8,12 +8,20 @@ the budget runs out, the figure is a log-log extrapolation and is marked as such
 Predictions are cached in the run folder: a later render starts where this one stopped.
 Only built-in variants are predicted (``reports.builtins``): a plug-in's label in a
 results file is data, and its curve is drawn from the run's own records.
+
+With named GPUs (``--gpu``) the columns are those GPUs instead of generic budgets, and
+the figure that must fit is the GPU memory MODEL's ``gpu_total_bytes`` (CUDA context +
+the simulated allocator's reserved peak, ``attnprof.profiler.gpu.model``) against the
+GPU's own memory: predicted (GPU model), never measured. Its figures are cached beside
+the others, in their own file, per (GPU, point).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -24,15 +32,18 @@ import pandas as pd
 
 from attnprof.errors import UserError
 from attnprof.profiler.records import Point, Shape
-from attnprof.profiler.units import GIB, fmt_len
+from attnprof.profiler.units import GIB, fmt_bytes, fmt_len
 from attnprof.reports.builtins import expected_exponents, is_builtin
 
 # Budgets in GiB, with GPUs that have about that much memory.
 BUDGETS_GIB = {16: "V100 16GB, T4", 24: "RTX 4090, A10", 40: "A100 40GB", 80: "A100/H100 80GB", 141: "H200"}
 MIN_EXP, MAX_EXP = 4, 20  # lengths searched: 16 .. 1M tokens
 CACHE_FILE = "report-predictions.json"
+GPU_CACHE_FILE = "report-gpu-predictions.json"  # GPU model figures: {GPU fingerprint: {point key: gpu_* fields}}
+GPU_MODEL = "predicted (GPU model)"  # how every GPU figure is labelled: a model, never a measurement
 FIRST_CALL_S = 4.0  # a cold process's first predict(): mostly importing torch._dynamo
 Predictor = Callable[[Point], int]
+GpuPredictor = Callable[[Point, list], dict]  # (point, GPU specs) -> {GPU key: gpu_* fields}
 
 
 def default_predictor(point: Point) -> int:
@@ -41,6 +52,17 @@ def default_predictor(point: Point) -> int:
     from attnprof.profiler.measure.accounting import predict  # torch machinery: import on first use
 
     return predict(point, count_flops=False).peak_bytes
+
+
+def default_gpu_predictor(point: Point, gpus: list) -> dict:
+    """The GPU memory model of a built-in point on each GPU: one fake-tensor trace, one
+    allocator replay per GPU."""
+    if not is_builtin(point.variant):
+        raise UserError(f"{point.variant!r} is not a built-in variant; reports predict built-ins only")
+    from attnprof.profiler.gpu.model import TraceCache, predict_gpu  # torch machinery: import on first use
+
+    traces = TraceCache()
+    return {g.key: predict_gpu(point, g, traces).fields() for g in gpus}
 
 
 @dataclass
@@ -72,13 +94,22 @@ class Curve:
     exponent: Optional[float] = None  # the variant's memory exponent (complexity[0]), if known
     known: dict = field(default_factory=dict)  # length -> predicted bytes
     problem: str = ""  # why predict() stopped being called for this curve
+    gpu: str = ""  # a GPU key: known holds the GPU model's total there, not the tensor peak
+    offset: float = 0.0  # a constant part of every value (the CUDA context): extrapolated without it
+    figures: dict = field(default_factory=dict)  # GPU curves: length -> the model's gpu_* fields
 
     def estimate(self, n: int) -> Optional[float]:
         """Known; else, beyond the largest known length, ``a*n + b*n**e`` through the two
         largest (linear stack terms plus the variant's own exponent e); else log-log
-        interpolation (or extrapolation) between the nearest two known lengths."""
+        interpolation (or extrapolation) between the nearest two known lengths. A
+        constant ``offset`` is taken out first and added back."""
         if n in self.known:
             return self.known[n]
+        if self.offset:
+            inner = Curve(self.series, self.panel, self.make_point, self.exponent,
+                          {k: max(1.0, v - self.offset) for k, v in self.known.items()})
+            value = inner.estimate(n)
+            return None if value is None else value + self.offset
         ks = sorted(self.known)
         if not ks:
             return None
@@ -122,24 +153,53 @@ class Curve:
 
 @dataclass
 class Capacity:
-    budgets: dict  # budget in GiB -> GPUs with about that much memory
-    fits: dict  # (series, panel) -> {budget_gib: Fit or None}
+    budgets: dict  # column -> what it stands for: budget in GiB -> GPUs with about that much
+    #                memory; or, with named GPUs, GPU key -> the GPU's name
+    fits: dict  # (series, panel) -> {column: Fit or None}
     calls: int  # predict() calls made for this report
     seconds: float
     problems: dict  # (series, panel) -> why its predictions stopped
+    gpus: dict = field(default_factory=dict)  # GPU key -> GpuSpec: the columns are these GPUs (GPU model)
+    model: dict = field(default_factory=dict)  # (series, panel, GPU key) -> {length: gpu_* fields}
+
+    def label(self, column) -> str:
+        """A column's heading: '24 GiB', or 'l4 (22.49 GiB)' for a named GPU."""
+        if column in self.gpus:
+            return f"{column} ({fmt_bytes(self.gpus[column].memory_bytes)})"
+        return f"{column:g} GiB"
 
 
 def capacity(frame: pd.DataFrame, run_dir: Path | None = None, *, seconds: float = 4.0,
-             predictor: Predictor | None = None, budgets: dict | None = None) -> Capacity:
+             predictor: Predictor | None = None, budgets: dict | None = None, gpus: list | None = None,
+             gpu_predictor: GpuPredictor | None = None) -> Capacity:
     """Fits for every series × panel and budget; predict() runs for about ``seconds`` at most
-    (one call may overrun it), round-robin over curves, the shortest undecided length first."""
+    (one call may overrun it), round-robin over curves, the shortest undecided length first.
+
+    ``gpus`` (GpuSpecs): the columns are these GPUs rather than ``budgets``, and what must
+    fit each is the GPU model's total (``gpu_predictor``, default the model itself)."""
+    if gpus:
+        return _gpu_capacity(frame, run_dir, list(gpus), seconds, gpu_predictor or default_gpu_predictor)
     predictor = predictor or default_predictor
     budgets = budgets or BUDGETS_GIB
     cache = _read_cache(run_dir)
     curves = [_curve(rows, cache) for _, rows in frame.groupby(["series", "panel"], sort=False)]
     # The first fake-tensor run in a process imports torch._dynamo (seconds): budget for it.
     warm = predictor is not default_predictor or "torch._dynamo" in sys.modules
-    start, calls, last_s, first = time.monotonic(), 0, 0.0 if warm else FIRST_CALL_S, int(frame["seq_len"].min())
+    start = time.monotonic()
+    calls = _search(curves, lambda c: [b * GIB for b in budgets], int(frame["seq_len"].min()), seconds, warm,
+                    lambda c, n: _predict(c, n, predictor, cache))
+    _write_cache(run_dir, cache)
+    fits = {(c.series, c.panel): {b: c.fit(b * GIB) for b in budgets} for c in curves}
+    problems = {(c.series, c.panel): c.problem for c in curves if c.problem}
+    return Capacity(dict(budgets), fits, calls, time.monotonic() - start, problems)
+
+
+def _search(curves: list, limits: Callable[[Curve], list], first: int, seconds: float, warm: bool,
+            predict_at: Callable[[Curve, int], int]) -> int:
+    """Round-robin over the curves, each predicting its shortest undecided length (short
+    ones are cheap), until every boundary is decided or ``seconds`` would be overrun;
+    returns the predictions made."""
+    start, calls, last_s = time.monotonic(), 0, 0.0 if warm else FIRST_CALL_S
     open_curves = list(curves)
     while open_curves:
         still = []
@@ -147,19 +207,179 @@ def capacity(frame: pd.DataFrame, run_dir: Path | None = None, *, seconds: float
             if time.monotonic() - start + last_s > seconds:  # the next call would likely overrun
                 still = []
                 break
-            need = sorted({n for b in budgets for n in curve.deciding_for(b * GIB)})  # short ones are cheap
+            need = sorted({n for b in limits(curve) for n in curve.deciding_for(b)})
             if not curve.known:
                 need = [first]
             if need and not curve.problem:
                 began = time.monotonic()
-                if _predict(curve, need[0], predictor, cache):
+                if predict_at(curve, need[0]):
                     calls, last_s = calls + 1, time.monotonic() - began
                 still.append(curve)
         open_curves = still
-    _write_cache(run_dir, cache)
-    fits = {(c.series, c.panel): {b: c.fit(b * GIB) for b in budgets} for c in curves}
-    problems = {(c.series, c.panel): c.problem for c in curves if c.problem}
-    return Capacity(dict(budgets), fits, calls, time.monotonic() - start, problems)
+    return calls
+
+
+# --- named GPUs: the GPU memory model's total against each GPU's memory ------------------------
+def _gpu_capacity(frame: pd.DataFrame, run_dir: Path | None, gpus: list, seconds: float,
+                  predictor: GpuPredictor) -> Capacity:
+    specs = {g.key: g for g in gpus}
+    cache = _read_gpu_cache(run_dir)
+    curves = [_gpu_curve(rows, spec, cache.get(gpu_fingerprint(spec), {}))
+              for _, rows in frame.groupby(["series", "panel"], sort=False) for spec in specs.values()]
+    warm = predictor is not default_gpu_predictor or "torch._dynamo" in sys.modules
+    start = time.monotonic()
+    calls = _search(curves, lambda c: [specs[c.gpu].memory_bytes], int(frame["seq_len"].min()), seconds, warm,
+                    lambda c, n: _predict_gpu(c, n, predictor, cache, specs))
+    _write_gpu_cache(run_dir, cache)
+    fits: dict = {}
+    for c in curves:
+        fits.setdefault((c.series, c.panel), {})[c.gpu] = c.fit(specs[c.gpu].memory_bytes)
+    problems: dict = {}
+    for c in curves:
+        if c.problem:
+            problems.setdefault((c.series, c.panel), c.problem)
+    model = {(c.series, c.panel, c.gpu): dict(sorted(c.figures.items())) for c in curves}
+    return Capacity({k: g.name for k, g in specs.items()}, fits, calls, time.monotonic() - start, problems,
+                    gpus=specs, model=model)
+
+
+def gpu_fingerprint(spec) -> str:
+    """What the model's figures for a GPU depend on, beside the point: the GPU's key and
+    the fields the model reads, the settings it honours (environment) and the model's own
+    source. A cached figure is used only under the same fingerprint."""
+    described = {"key": spec.key, "memory_bytes": spec.memory_bytes, "cc": list(spec.compute_capability),
+                 "sm_count": spec.sm_count, "context_bytes": spec.context_bytes,
+                 "env": {v: os.environ.get(v, "") for v in _MODEL_ENV}, "model": _model_source_hash()}
+    digest = hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()[:16]
+    return f"{spec.key}:{digest}"
+
+
+_MODEL_ENV = ("ATTNPROF_SDPA_BACKEND", "TORCH_CUDNN_SDPA_DEPRIORITIZED", "CUBLAS_WORKSPACE_CONFIG")
+_model_hash: list = []
+
+
+def _model_source_hash() -> str:
+    if not _model_hash:
+        import attnprof.profiler.gpu as package
+
+        h = hashlib.sha256()
+        for name in ("allocator.py", "kernels.py", "model.py", "trace.py"):
+            try:
+                h.update((Path(package.__file__).parent / name).read_bytes())
+            except OSError:
+                pass
+        _model_hash.append(h.hexdigest()[:16])
+    return _model_hash[0]
+
+
+def gpu_value(fields: dict, memory_bytes: int) -> float:
+    """What must fit the GPU: the modelled total; above its memory whenever the simulated
+    allocator runs out (it then holds what the point would need)."""
+    total = float(fields["gpu_total_bytes"])
+    return total if fields.get("gpu_fits") else max(total, memory_bytes + 1.0)
+
+
+def _gpu_curve(rows: pd.DataFrame, spec, cached: dict) -> Curve:
+    first = rows.iloc[0]
+    make_point = _point_maker(rows)
+    curve = Curve(str(first["series"]), str(first["panel"]), make_point, _memory_exponent(str(first["variant"])),
+                  gpu=spec.key, offset=float(spec.context_bytes))
+    if not is_builtin(str(first["variant"])):
+        curve.problem = not_predicted(str(first["variant"]))
+    for e in range(MIN_EXP, MAX_EXP + 1):  # earlier renders' (or the sweep's) model figures
+        try:
+            fields = cached.get(make_point(1 << e).key_text())
+        except Exception:
+            fields = None
+        if fields is not None:
+            curve.figures[1 << e] = fields
+            curve.known[1 << e] = gpu_value(fields, spec.memory_bytes)
+    return curve
+
+
+def _predict_gpu(curve: Curve, n: int, predictor: GpuPredictor, cache: dict, specs: dict) -> int:
+    """The model at one length for the curve's GPU, and for every named GPU still without
+    it (one trace serves them all); 1 if the predictor ran."""
+    try:
+        point = curve.make_point(n)
+        key, spec = point.key_text(), specs[curve.gpu]
+        ran = 0
+        if key not in cache.get(gpu_fingerprint(spec), {}):
+            missing = [g for g in specs.values() if key not in cache.get(gpu_fingerprint(g), {})]
+            made = predictor(point, missing)
+            for g in missing:
+                fields = _clean_fields(made.get(g.key))
+                if fields is None:
+                    raise ValueError(f"the GPU model gave no figures for {g.key}")
+                cache.setdefault(gpu_fingerprint(g), {})[key] = fields
+            ran = 1
+        fields = cache[gpu_fingerprint(spec)][key]
+        curve.figures[n] = fields
+        curve.known[n] = gpu_value(fields, spec.memory_bytes)
+        return ran
+    except Exception as exc:  # an unknown plug-in, a shape a variant refuses, a fake-tensor gap
+        curve.problem = " ".join(f"GPU model at n={n}: {type(exc).__name__}: {exc}".split())[:300]
+    return 0
+
+
+def _clean_fields(fields) -> Optional[dict]:
+    """A record's gpu_* fields as data: known names, plain values, a numeric total and a
+    boolean fit; None for anything else (a hostile or stale cache file)."""
+    from attnprof.profiler.gpu.model import GPU_FIELDS
+
+    if not isinstance(fields, dict):
+        return None
+    out = {k: fields.get(k) for k in GPU_FIELDS}
+    total = out["gpu_total_bytes"]
+    if isinstance(total, bool) or not isinstance(total, (int, float)) or not math.isfinite(total) or total < 0:
+        return None
+    if not isinstance(out["gpu_fits"], bool):
+        return None
+    for k, v in out.items():
+        if v is not None and not isinstance(v, (str, int, float, bool)):
+            return None
+        if isinstance(v, float) and not math.isfinite(v):
+            return None
+    return out
+
+
+def _read_gpu_cache(run_dir: Path | None) -> dict:
+    """Earlier model figures, GPU fingerprint -> point key -> gpu_* fields; anything
+    unreadable or malformed counts as none."""
+    try:
+        data = json.loads((Path(run_dir) / GPU_CACHE_FILE).read_text(encoding="utf-8")) if run_dir else {}
+    except (OSError, ValueError, RecursionError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    out: dict = {}
+    for fp, points in data.items():
+        if isinstance(fp, str) and isinstance(points, dict):
+            kept = {k: f for k, f in ((k, _clean_fields(v)) for k, v in points.items()) if f is not None}
+            if kept:
+                out[fp] = kept
+    return out
+
+
+def _write_gpu_cache(run_dir: Path | None, cache: dict) -> None:
+    if not run_dir or not cache:
+        return
+    try:
+        (Path(run_dir) / GPU_CACHE_FILE).write_text(json.dumps(cache, indent=0), encoding="utf-8")
+    except OSError:  # a read-only run folder: the report still renders, only slower next time
+        pass
+
+
+def add_gpu_predictions(run_dir: Path, gpus: list, entries: dict) -> None:
+    """Merge model figures made elsewhere (the sweep's capacity phase:
+    ``profiler.gpu.model.gpu_capacity_predictions``, (GPU key, point key) -> gpu_* fields)."""
+    cache = _read_gpu_cache(run_dir)
+    fingerprints = {g.key: gpu_fingerprint(g) for g in gpus}
+    for (gpu, key), fields in entries.items():
+        fields = _clean_fields(fields)
+        if gpu in fingerprints and fields is not None:
+            cache.setdefault(fingerprints[gpu], {})[key] = fields
+    _write_gpu_cache(run_dir, cache)
 
 
 def _around(ks: list[int], n: int) -> tuple[int, int]:
@@ -188,7 +408,8 @@ def not_predicted(variant: str) -> str:
             f"code a results file names); its figures come from the run's own records")
 
 
-def _curve(rows: pd.DataFrame, cache: dict) -> Curve:
+def _point_maker(rows: pd.DataFrame) -> Callable[[int], Point]:
+    """The series' point at any length: its shape, and its batch rule."""
     first = rows.iloc[0]
     batch_of = _batch_rule(rows)
 
@@ -198,6 +419,12 @@ def _curve(rows: pd.DataFrame, cache: dict) -> Curve:
                       ff_chunks=int(first["ff_chunks"]))
         return Point(str(first["variant"]), str(first["mode"]), str(first["scope"]), shape, bool(first["forward_only"]))
 
+    return make_point
+
+
+def _curve(rows: pd.DataFrame, cache: dict) -> Curve:
+    first = rows.iloc[0]
+    make_point = _point_maker(rows)
     curve = Curve(str(first["series"]), str(first["panel"]), make_point, _memory_exponent(str(first["variant"])))
     if not is_builtin(str(first["variant"])):
         curve.problem = not_predicted(str(first["variant"]))

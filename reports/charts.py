@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator
 
-from attnprof.reports.capacity import MAX_EXP, MIN_EXP, Capacity, fit_text
+from attnprof.reports.capacity import GPU_MODEL, MAX_EXP, MIN_EXP, Capacity, fit_text
 from attnprof.reports.data import panels, series_order
 from attnprof.reports.palette import colours, markers
 from attnprof.profiler.units import fmt_bytes, fmt_len, fmt_ms, mpl_text
@@ -162,10 +162,12 @@ def savings_chart(frame: pd.DataFrame) -> Figure | None:
 
 def capacity_chart(frame: pd.DataFrame, cap: Capacity) -> Figure | None:
     """Longest power-of-two length that fits each budget: one heat map per mode, rows
-    are series, columns budgets; '~' marks a figure extrapolated rather than predicted."""
+    are series, columns budgets (or named GPUs, by the GPU memory model: the figure says
+    so); '~' marks a figure extrapolated rather than predicted."""
     order, names = series_order(frame), panels(frame)
     budgets = list(cap.budgets)
-    fig, axes = _figure(len(names), height=1.9 + 0.32 * len(order), sharey=False)
+    upright = bool(cap.gpus) and len(budgets) <= 4  # a few GPUs: 'key' over 'memory', level
+    fig, axes = _figure(len(names), height=1.9 + 0.32 * len(order) + (0.6 if cap.gpus else 0.0), sharey=False)
     grids = {p: [[cap.fits.get((s, p), {}).get(b) for b in budgets] for s in order] for p in names}
     ran = {p: [(s, p) in cap.fits for s in order] for p in names}
     lengths = [f.length for rows in grids.values() for row in rows for f in row if f and f.length]
@@ -180,12 +182,19 @@ def capacity_chart(frame: pd.DataFrame, cap: Capacity) -> Figure | None:
                 dark = f is not None and f.length and np.log2(f.length) < (low + MAX_EXP) / 2
                 ax.text(j, i, fit_text(f, ran[panel][i]), ha="center", va="center", fontsize=8,
                         color="white" if dark else "black", style="normal" if f and f.verified else "italic")
-        ax.set_xticks(range(len(budgets)), [f"{b:g} GiB" for b in budgets], rotation=45, ha="right")
+        labels = [mpl_text(cap.label(b).replace(" (", "\n(") if upright else cap.label(b)) for b in budgets]
+        ax.set_xticks(range(len(budgets)), labels, rotation=0 if upright else 45, ha="center" if upright else "right")
         ax.set_yticks(range(len(order)), [legend_label(s, 30) for s in order] if ax is axes[0] else [])
         ax.set_title(mpl_text(panel))
     absent = "     – not in this run" if not all(all(r) for r in ran.values()) else ""
-    fig.supxlabel(f"memory budget (tensor bytes)     ~ extrapolated, not yet predicted     "
-                  f"{fmt_len(1 << MAX_EXP)}+ fits at {fmt_len(1 << MAX_EXP)}, the longest searched{absent}", fontsize=9)
+    what = (f"GPU (its memory); what must fit: CUDA context + simulated allocator reserved, {GPU_MODEL}"
+            if cap.gpus else "memory budget (tensor bytes)")
+    key = (f"~ extrapolated, not yet predicted     {fmt_len(1 << MAX_EXP)}+ fits at {fmt_len(1 << MAX_EXP)}, "
+           f"the longest searched{absent}")
+    width = int(fig.get_figwidth() * 12)  # characters of 9-point text across the figure
+    fig.supxlabel("\n".join(textwrap.wrap(what, width) + textwrap.wrap(key, width)), fontsize=9)
+    if cap.gpus:
+        fig.suptitle(f"Longest length that fits each GPU, {GPU_MODEL}", fontsize=10)
     cbar = fig.colorbar(image, ax=axes, location="right", shrink=0.9)
     ticks = range(low + (MAX_EXP - low) % 2, MAX_EXP + 1, 2)
     cbar.set_ticks(ticks, labels=[fmt_len(1 << e) for e in ticks])

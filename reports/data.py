@@ -1,10 +1,14 @@
 """Load a run folder for a report: validate it, and add the derived columns charts and
-tables share (``series``, ``family``, ``panel``, ``peak_bytes``, ``time_ms``)."""
+tables share (``series``, ``family``, ``panel``, ``device_label``, ``peak_bytes``, ``time_ms``).
+
+A ``sweep --gpu-types`` folder (``OUT/gpu-types.json``, no results of its own) loads as one
+run: the per-type run folders it lists, side by side. Whenever the rows name more than one
+device, the device is part of each series, so lines of different devices never merge."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 
 import pandas as pd
@@ -26,6 +30,11 @@ READ_FIELDS = IDENTITY_FIELDS + ("status", "reason", "device_name", "predicted_p
 # What reading hostile JSON can raise besides OSError: bad text or syntax (ValueError),
 # nesting too deep (RecursionError), absurd sizes.
 _UNREADABLE = (ValueError, RecursionError, MemoryError, TypeError)
+# The index ``attnprof sweep --gpu-types`` writes (profiler/runner/sweep.py GPU_TYPES_FILE;
+# reports never import runner.sweep): {"gpu_types": {TYPE: FOLDER NAME}, "gpus": {TYPE: count}}.
+GPU_TYPES_FILE = "gpu-types.json"
+MAX_INDEX_BYTES = 1 << 20
+MAX_GPU_TYPES = 256
 
 
 class ReportError(UserError):
@@ -37,6 +46,8 @@ class Run:
     path: Path
     frame: pd.DataFrame  # one row per point, derived columns added
     manifest: dict
+    parts: dict = field(default_factory=dict)  # a --gpu-types folder: GPU type -> its run folder
+    missing: dict = field(default_factory=dict)  # GPU type -> why its folder is left out
 
 
 def one_line(text) -> str:
@@ -50,6 +61,17 @@ def load(run_dir, role: str = "run") -> Run:
         raise ReportError(f"{role} folder not found: {path}")
     if not path.is_dir():
         raise ReportError(f"{role} {path} is not a folder")
+    if not (path / RESULTS_FILE).is_file() and (path / GPU_TYPES_FILE).is_file():
+        return load_gpu_types(path, role)
+    frame, manifest = _read(path, role)
+    try:
+        return Run(path, tidy(frame), manifest)
+    except (OSError, KeyError, OverflowError, *_UNREADABLE) as exc:
+        raise ReportError(one_line(f"{role} {path}: cannot use {RESULTS_FILE}: {type(exc).__name__}: {exc}")) from None
+
+
+def _read(path: Path, role: str) -> tuple[pd.DataFrame, dict]:
+    """One run folder's rows (before ``tidy``) and manifest, validated."""
     if not (path / RESULTS_FILE).is_file():
         raise ReportError(f"{role} folder {path} has no {RESULTS_FILE} (is it a run folder?)")
     try:
@@ -62,9 +84,100 @@ def load(run_dir, role: str = "run") -> Run:
     check_records(records, f"{role} {path}: {RESULTS_FILE}")
     manifest = _manifest(path)
     try:
-        return Run(path, tidy(load_run(path)), manifest)
+        return load_run(path), manifest
     except (OSError, KeyError, OverflowError, *_UNREADABLE) as exc:  # e.g. a line appended since the check
         raise ReportError(one_line(f"{role} {path}: cannot use {RESULTS_FILE}: {type(exc).__name__}: {exc}")) from None
+
+
+def load_gpu_types(path: Path, role: str = "run") -> Run:
+    """A ``sweep --gpu-types`` folder as one run: the rows of every per-type folder its
+    index lists (a type not run yet is left out and named), each row's ``device_label``
+    its device name (its GPU type where the records name none)."""
+    folders = gpu_type_folders(path)
+    frames, manifests, missing = [], {}, {}
+    for gpu_type, folder in folders.items():
+        if not (folder / RESULTS_FILE).is_file() or not _has_content(folder / RESULTS_FILE):
+            missing[gpu_type] = f"{folder.name}: no results yet"
+            continue
+        frame, manifest = _read(folder, f"{role} {gpu_type}")
+        names = frame["device_name"] if "device_name" in frame else pd.Series("", index=frame.index)
+        frame["device_label"] = [n if isinstance(n, str) and n.strip() else gpu_type for n in names]
+        frame["gpu_type"] = gpu_type
+        frames.append(frame)
+        manifests[gpu_type] = {"folder": folder.name, **manifest}
+    if not frames:
+        raise ReportError(one_line(f"{role} {path}: none of the run folders {GPU_TYPES_FILE} lists has results yet "
+                                   f"({', '.join(missing.values())[:300]})"))
+    _distinct_labels(frames)
+    scenarios = [m.get("scenario") for m in manifests.values()]
+    manifest = {"scenario": scenarios[0]} if isinstance(scenarios[0], dict) and all(
+        s == scenarios[0] for s in scenarios) else {}
+    manifest["gpu_types"] = manifests
+    try:
+        frame = tidy(pd.concat(frames, ignore_index=True, sort=False))
+    except (OSError, KeyError, OverflowError, *_UNREADABLE) as exc:
+        raise ReportError(one_line(f"{role} {path}: cannot combine its run folders: {type(exc).__name__}: {exc}")) from None
+    parts = {t: folders[t] for t in manifests}
+    return Run(path, frame, manifest, parts=parts, missing=missing)
+
+
+def _distinct_labels(frames: list) -> None:
+    """Two GPU types whose records name the same device stay apart: 'NAME [TYPE]'."""
+    owners: dict = {}
+    for frame in frames:
+        for label in set(frame["device_label"]):
+            owners.setdefault(label, set()).add(frame["gpu_type"].iloc[0])
+    for frame in frames:
+        gpu_type = frame["gpu_type"].iloc[0]
+        frame["device_label"] = [f"{x} [{gpu_type}]" if len(owners[x]) > 1 else x for x in frame["device_label"]]
+
+
+def gpu_type_folders(path: Path) -> dict:
+    """GPU type -> run folder, from ``path/gpu-types.json``; ReportError in one line for an
+    index that is not the one a sweep writes, or names a folder that is not a subfolder of
+    ``path`` (an absolute path, '..', a separator, a link leading out)."""
+    index = path / GPU_TYPES_FILE
+    try:
+        if index.stat().st_size > MAX_INDEX_BYTES:
+            raise ReportError(f"{index} is too large to be a GPU-type index")
+        data = json.loads(index.read_bytes().decode("utf-8"))
+    except (OSError, *_UNREADABLE) as exc:
+        raise ReportError(one_line(f"{index} is not valid JSON: {type(exc).__name__}: {exc}")) from None
+    types = data.get("gpu_types") if isinstance(data, dict) else None
+    if not isinstance(types, dict) or not types:
+        raise ReportError(f'{index} lists no GPU types (expected {{"gpu_types": {{"TYPE": "FOLDER"}}, ...}})')
+    if len(types) > MAX_GPU_TYPES:
+        raise ReportError(f"{index} lists {len(types)} GPU types, more than {MAX_GPU_TYPES}")
+    root = path.resolve()
+    folders = {}
+    for gpu_type, name in types.items():
+        what = f"{index}: GPU type {str(gpu_type)[:60]!r}"
+        if not isinstance(name, str) or not _plain_name(name):
+            raise ReportError(one_line(f"{what} names folder {str(name)[:80]!r}, not a folder inside {path}; "
+                                       f"refused"))
+        folder = path / name
+        try:
+            inside = folder.resolve().parent == root
+        except (OSError, RuntimeError, ValueError):
+            inside = False
+        if not inside:
+            raise ReportError(one_line(f"{what}: folder {name[:80]!r} leads outside {path}; refused"))
+        folders[str(gpu_type)] = folder
+    return folders
+
+
+def _plain_name(name: str) -> bool:
+    """One path component: no separator, not '.' or '..', no NUL, not absolute."""
+    return (0 < len(name) <= 255 and name not in (".", "..") and not any(c in name for c in "/\\\0:")
+            and not Path(name).is_absolute() and Path(name).name == name)
+
+
+def multi_device(frame: pd.DataFrame) -> bool:
+    return "device_label" in frame and frame["device_label"].nunique() > 1
+
+
+def devices(frame: pd.DataFrame) -> list[str]:
+    return sorted(set(frame["device_label"])) if "device_label" in frame else []
 
 
 def _has_content(file: Path) -> bool:
@@ -112,6 +225,9 @@ def tidy(frame: pd.DataFrame) -> pd.DataFrame:
     frame["variant"] = frame["variant"].astype(str)
     frame["reason"] = frame["reason"].fillna("").astype(str) if "reason" in frame else ""
     frame["seq_len"] = frame["seq_len"].astype(int)
+    if "device_label" not in frame:
+        names = frame["device_name"] if "device_name" in frame else pd.Series("", index=frame.index)
+        frame["device_label"] = [n if isinstance(n, str) and n.strip() else "unknown" for n in names]
     frame["family"] = frame["variant"].map(variant_family)
     frame["series"] = _series(frame)
     frame["panel"] = [("attention" if s == "attention" else str(m)) for s, m in zip(frame["scope"], frame["mode"])]
@@ -123,12 +239,19 @@ def tidy(frame: pd.DataFrame) -> pd.DataFrame:
 
 def _series(frame: pd.DataFrame) -> pd.Series:
     varying = [f for f in SHAPE_FIELDS if f in frame and frame[f].nunique(dropna=False) > 1]
+    # the device, where the rows name more than one: "full on NVIDIA H100"
+    device = ["device_label"] if multi_device(frame) else []
     # batch too, where two points differ only in it (not where tokens per batch is held fixed)
-    if "batch" in frame and frame.duplicated(["variant", "mode", "scope", "seq_len", *varying]).any():
+    if "batch" in frame and frame.duplicated(["variant", "mode", "scope", "seq_len", *varying, *device]).any():
         varying.append("batch")
-    if not varying:
+    if not varying and not device:
         return frame["variant"].copy()
-    return frame.apply(lambda r: f"{r['variant']} ({', '.join(f'{f}={r[f]}' for f in varying)})", axis=1)
+
+    def label(r) -> str:
+        text = f"{r['variant']} ({', '.join(f'{f}={r[f]}' for f in varying)})" if varying else str(r["variant"])
+        return f"{text} on {r['device_label']}" if device else text
+
+    return frame.apply(label, axis=1)
 
 
 def panels(frame: pd.DataFrame) -> list[str]:

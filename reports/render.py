@@ -9,8 +9,8 @@ from html import escape
 from pathlib import Path
 
 from attnprof.reports import charts, page, tables
-from attnprof.reports.capacity import BUDGETS_GIB, CACHE_FILE, Capacity, capacity
-from attnprof.reports.data import ReportError, Run, load, one_line, panels
+from attnprof.reports.capacity import BUDGETS_GIB, CACHE_FILE, GPU_CACHE_FILE, GPU_MODEL, Capacity, capacity
+from attnprof.reports.data import ReportError, Run, devices, load, multi_device, one_line, panels
 from attnprof.reports.diff import compare, diff_table
 from attnprof.reports.scaling import slopes
 from attnprof.profiler.units import GIB, fmt_bytes
@@ -22,11 +22,13 @@ FINISH_RESERVE_S = 1.0
 
 
 def render_report(run_dir: Path, output: Path | None = None, baseline: Path | None = None, *,
-                  seconds: float = 7.0) -> Path:
+                  seconds: float = 7.0, gpus: list | None = None) -> Path:
     """Write the report of ``run_dir`` (default ``RUN_DIR/report.html``) and its PNGs beside
     it (``<stem>-memory.png``, ...); return the HTML path. ``seconds`` is a soft target for
     the whole render: predict() calls for the capacity chart get what is left of it (one
-    call may overrun it by a few seconds); 0 turns them off, a minute verifies most runs."""
+    call may overrun it by a few seconds); 0 turns them off, a minute verifies most runs.
+    ``gpus`` (``profiler.gpu.table.GpuSpec``s): "what fits where" and the capacity chart
+    are per named GPU, by the GPU memory model, instead of per generic budget."""
     start = time.monotonic()
     run = load(run_dir)
     base = load(baseline, role="baseline") if baseline is not None else None
@@ -35,7 +37,7 @@ def render_report(run_dir: Path, output: Path | None = None, baseline: Path | No
         raise ReportError(f"output {output} is a folder; give a file name such as report.html")
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
-        images, cap = _draw(run, output, start, seconds)
+        images, cap = _draw(run, output, start, seconds, gpus or [])
         sections = _sections(run, cap, base, images)
         html = page.document(f"attnprof report: {_run_name(run)}", _meta(run, base), sections)
         output.write_text(html, encoding="utf-8")
@@ -44,26 +46,34 @@ def render_report(run_dir: Path, output: Path | None = None, baseline: Path | No
     return output
 
 
-def _draw(run: Run, output: Path, start: float, seconds: float) -> tuple[dict, Capacity]:
+def _draw(run: Run, output: Path, start: float, seconds: float, gpus: list) -> tuple[dict, Capacity]:
     """Save each chart as a PNG beside the page (name -> path, for those drawn); the
     capacity predictions get the time left after the other charts."""
     frame, drawn = run.frame, {}
     for name, draw in (("memory", charts.memory_chart), ("time", charts.time_chart), ("savings", charts.savings_chart)):
         _save(draw(frame), output, name, drawn)
     left = max(0.0, seconds - (time.monotonic() - start) - FINISH_RESERVE_S)
-    cap = capacity(frame, run.path, seconds=left, budgets=_budgets(run))
+    cap = capacity(frame, run.path, seconds=left, budgets=_budgets(run), gpus=gpus)
     _save(charts.capacity_chart(frame, cap), output, "capacity", drawn)
     return drawn, cap
 
 
 def _budgets(run: Run) -> dict:
-    """The standard budgets, plus the memory of the GPU this run measured on, if it names one."""
-    env = _section_of(run.manifest, "environment")
-    memory = env.get("device_memory_bytes")
+    """The standard budgets, plus the memory of each GPU this run measured on, if it names one."""
     budgets = dict(BUDGETS_GIB)
-    if isinstance(memory, (int, float)) and memory > 0:
-        budgets[round(memory / GIB, 1)] = f"this run's {env.get('device_name') or 'GPU'}"
+    for env in _environments(run):
+        memory = env.get("device_memory_bytes")
+        if isinstance(memory, (int, float)) and not isinstance(memory, bool) and 0 < memory < 1 << 60:
+            budgets[round(memory / GIB, 1)] = f"this run's {env.get('device_name') or 'GPU'}"
     return dict(sorted(budgets.items()))
+
+
+def _environments(run: Run) -> list[dict]:
+    """The manifest's environment section, or each GPU type's (a --gpu-types folder)."""
+    if run.parts:
+        return [_section_of(m, "environment") for m in _section_of(run.manifest, "gpu_types").values()
+                if isinstance(m, dict)]
+    return [_section_of(run.manifest, "environment")]
 
 
 def _save(fig, output: Path, name: str, drawn: dict) -> None:
@@ -87,11 +97,17 @@ def _meta(run: Run, base: Run | None) -> list[str]:
     counts = Counter(run.frame["status"])
     env = _section_of(run.manifest, "environment")
     names = sorted(set(run.frame["device_name"].dropna().astype(str)) - {""}) if "device_name" in run.frame else []
-    device = env.get("device_name") or ", ".join(names) or "unknown"
-    memory = env.get("device_memory_bytes")
-    device += f" ({fmt_bytes(memory)})" if isinstance(memory, (int, float)) and memory > 0 else ""
+    if multi_device(run.frame):
+        device = f"{len(devices(run.frame))} devices side by side, " + ", ".join(devices(run.frame))
+    else:
+        device = env.get("device_name") or ", ".join(names) or "unknown"
+        memory = env.get("device_memory_bytes")
+        device += f" ({fmt_bytes(memory)})" if isinstance(memory, (int, float)) and memory > 0 else ""
     lines = [f"Run folder: {run.path}",
              f"{len(run.frame)} points: " + ", ".join(f"{n} {s}" for s, n in counts.most_common()) + f". Device: {device}."]
+    if run.parts:
+        lines.append("GPU types: " + "; ".join(f"{t}: {p.name}" for t, p in run.parts.items())
+                     + "".join(f"; {t}: left out ({why})" for t, why in run.missing.items()))
     if base is not None:
         lines.append(f"Compared with baseline: {base.path}")
     return lines
@@ -99,8 +115,8 @@ def _meta(run: Run, base: Run | None) -> list[str]:
 
 def _sections(run: Run, cap: Capacity, base: Run | None, images: dict) -> list[page.Section]:
     frame = run.frame
-    sections = [page.Section("fits", "What fits where", _fits(frame, cap)),
-                page.Section("charts", "Charts", _charts(images)),
+    sections = [page.Section("fits", "What fits where", _gpu_fits(frame, cap) if cap.gpus else _fits(frame, cap)),
+                page.Section("charts", "Charts", _charts(images, cap)),
                 page.Section("scaling", "Scaling", tables.slope_table(slopes(frame)) + page.paragraph(SCALING_NOTE, "note"))]
     pivots = []
     for panel in panels(frame):
@@ -132,9 +148,36 @@ def _fits(frame, cap: Capacity) -> str:
     return "\n".join(html)
 
 
+def _gpu_fits(frame, cap: Capacity) -> str:
+    """Per named GPU: the longest length whose GPU-model total fits its memory."""
+    total = sum(len(f) for f in cap.fits.values())
+    extrapolated = sum(1 for fits in cap.fits.values() for f in fits.values() if f and not f.verified)
+    note = (f"{GPU_MODEL[0].upper()}{GPU_MODEL[1:]}: the longest power-of-two length whose modelled GPU total fits "
+            f"each named GPU's memory (nvidia-smi memory.total), at this run's shape, searched up to 1M tokens. "
+            f"Modelled total = CUDA context + the peak reserved by a simulated CUDA caching allocator replaying "
+            f"the point's fake-tensor trace with that GPU's kernels (SDPA backend, cuBLAS workspaces); model "
+            f"figures, never measured, and not the measured columns below (docs/gpu.md says what the model "
+            f"covers). {cap.calls} model prediction(s) ran for this render in {cap.seconds:.1f} s (cached in "
+            f"{GPU_CACHE_FILE} for later renders).")
+    if extrapolated:
+        note += (f" {extrapolated} of {total} figures are extrapolated (~, italic) from the lengths modelled so far: "
+                 f"render with more time (attnprof report RUN --gpu ... --seconds 60) to model every boundary.")
+    gpus = "; ".join(f"{k}: {g.name}, {fmt_bytes(g.memory_bytes)}, compute capability {g.cc_text}, CUDA context "
+                     f"{fmt_bytes(g.context_bytes)}{' (estimated)' if g.context_estimated else ''}"
+                     for k, g in cap.gpus.items())
+    html = [f"<h3>{escape(f'Longest length that fits each GPU, {GPU_MODEL}')}</h3>",
+            tables.gpu_fits_summary(frame, cap), page.paragraph(note, "note"),
+            page.paragraph(f"GPUs ({GPU_MODEL}): {gpus}.", "note"),
+            f"<h3>{escape(f'GPU memory model per variant, mode and GPU, {GPU_MODEL}')}</h3>",
+            _scroll(tables.gpu_model_table(frame, cap))]
+    html += [page.paragraph(f"No model figures for {s} · {p}: {why}", "note") for (s, p), why in cap.problems.items()]
+    return "\n".join(html)
+
+
 def _against(run: Run, base: Run) -> str:
     html = diff_table(compare(run.frame, base.frame))
-    here, there = (str(_section_of(r.manifest, "environment").get("device_name") or "") for r in (run, base))
+    here, there = (", ".join(devices(r.frame)) if multi_device(r.frame) else
+                   str(_section_of(r.manifest, "environment").get("device_name") or "") for r in (run, base))
     if here != there:
         html = page.paragraph(f"The runs measured on different devices ({there or 'unknown'} before, "
                               f"{here or 'unknown'} now): time changes say little.", "note") + html
@@ -143,8 +186,10 @@ def _against(run: Run, base: Run) -> str:
 
 SCALING_NOTE = (
     "Slopes are least-squares fits of log(value) on log(length) over ok points: memory on measured peaks "
-    "(italic: on predicted ones), time on median forward + backward. The expected exponents are each "
-    "variant's complexity at scope attention (default options). At scope model the stack adds terms "
+    "(italic: on predicted ones), time on median forward + backward. The expected exponents are, for a "
+    "variant with cost formulas (LSH, sparse), the same fit of its own peak-bytes and FLOP formulas at scope "
+    "attention, at the series' lengths, options, shape and batch (LSH's hashing, n^2 d r / c, lifts its time "
+    "above 1); for the others their asymptotic order plus the batch's slope. At scope model the stack adds terms "
     "linear in length (projections, feed-forward, norms, residuals) and constant ones (parameters), so "
     "fitted memory slopes there fall short of the expected exponent at short lengths and near it only "
     "at long ones. Highlighted: scope attention slopes more than 0.25 off. '?': not a built-in variant "
@@ -162,10 +207,16 @@ CAPTIONS = {
 }
 
 
-def _charts(images: dict) -> str:
+GPU_CAPACITY_CAPTION = (f"Longest power-of-two length whose modelled GPU total (CUDA context + simulated allocator "
+                        f"reserved) fits each named GPU's memory: {GPU_MODEL}, never measured. '~' and italic: "
+                        f"extrapolated beyond the lengths modelled so far.")
+
+
+def _charts(images: dict, cap: Capacity) -> str:
     if not images:
         return page.paragraph("Nothing to draw: no point has a peak or a time.")
-    return "\n".join(page.image(path, f"{name} chart", CAPTIONS[name]) for name, path in images.items())
+    captions = {**CAPTIONS, "capacity": GPU_CAPACITY_CAPTION} if cap.gpus else CAPTIONS
+    return "\n".join(page.image(path, f"{name} chart", captions[name]) for name, path in images.items())
 
 
 def _scroll(html: str) -> str:

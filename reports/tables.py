@@ -7,8 +7,8 @@ from html import escape
 
 import pandas as pd
 
-from attnprof.reports.capacity import Capacity, fit_text
-from attnprof.reports.data import panels, series_order
+from attnprof.reports.capacity import GPU_MODEL, MAX_EXP, MIN_EXP, Capacity, fit_text
+from attnprof.reports.data import multi_device, panels, series_order
 from attnprof.reports.scaling import Slope
 from attnprof.profiler.units import fmt_bytes, fmt_len, fmt_ms, missing
 
@@ -41,14 +41,17 @@ def pivot(frame: pd.DataFrame, panel: str, what: str) -> str:
     """Series × length for one panel: peak memory (``what='memory'``) or time (``'time'``)."""
     rows_of = frame[frame["panel"] == panel]
     lengths = sorted(rows_of["seq_len"].unique())
+    by_device = multi_device(frame)
     rows = []
     for s in series_order(rows_of):
-        row = [s]
+        mine = rows_of[rows_of["series"] == s]
+        row = [s] + ([mine["device_label"].iloc[0]] if by_device else [])
         for n in lengths:
-            hit = rows_of[(rows_of["series"] == s) & (rows_of["seq_len"] == n)]
+            hit = mine[mine["seq_len"] == n]
             row.append(_pivot_cell(hit.iloc[0], what) if len(hit) else ("", "na"))
         rows.append(row)
-    return table(["variant"] + [fmt_len(n) for n in lengths], rows, cls="pivot")
+    return table(["variant"] + (["device"] if by_device else []) + [fmt_len(n) for n in lengths], rows,
+                 cls="pivot", text_cols=(1,) if by_device else ())
 
 
 def _pivot_cell(r, what: str) -> tuple:
@@ -76,13 +79,18 @@ def slope_table(slopes: list[Slope]) -> str:
 
 
 def points_table(frame: pd.DataFrame) -> str:
+    """Every point; a device column where the rows name more than one device."""
+    by_device = multi_device(frame)
     rows = []
     for _, r in frame.iterrows():
-        rows.append([r["series"], r["panel"], fmt_len(r["seq_len"]), r.get("batch", ""),
-                     (r["status"], f"status-{r['status']}"), fmt_bytes(r["predicted_peak_bytes"]),
-                     fmt_bytes(r["measured_peak_bytes"]), fmt_ms(r["time_ms"]), (r["reason"], "reason")])
-    return table(["variant", "mode", "length", "batch", "status", "predicted peak", "measured peak",
-                  "fwd+bwd time", "reason"], rows, cls="points", text_cols=(1, 4, 8))
+        rows.append([r["series"], r["panel"]] + ([r["device_label"]] if by_device else [])
+                    + [fmt_len(r["seq_len"]), r.get("batch", ""),
+                       (r["status"], f"status-{r['status']}"), fmt_bytes(r["predicted_peak_bytes"]),
+                       fmt_bytes(r["measured_peak_bytes"]), fmt_ms(r["time_ms"]), (r["reason"], "reason")])
+    k = 1 if by_device else 0
+    return table(["variant", "mode"] + (["device"] if by_device else []) + [
+        "length", "batch", "status", "predicted peak", "measured peak", "fwd+bwd time", "reason"], rows,
+        cls="points", text_cols=(1, *range(2, 2 + k), 4 + k, 8 + k))
 
 
 def manifest_table(manifest: dict) -> str:
@@ -123,3 +131,60 @@ def fits_summary(frame: pd.DataFrame, cap: Capacity) -> str:
         rows.append([f"{budget:g} GiB", gpus, (text, "" if verified else "pred"), names])
     return table(["budget", "about the memory of", "longest length", "reached by: variant (modes)"], rows,
                  cls="summary", text_cols=(1, 3))
+
+
+def gpu_fits_summary(frame: pd.DataFrame, cap: Capacity) -> str:
+    """Per named GPU: the longest length any series × mode reaches on it, by the GPU
+    memory model's total against the GPU's memory, and who reaches it."""
+    rows = []
+    for key, spec in cap.gpus.items():
+        fits = [(s, p, cap.fits[(s, p)][key]) for p in panels(frame) for s in series_order(frame)
+                if cap.fits.get((s, p), {}).get(key) is not None]
+        head = [key, spec.name, fmt_bytes(spec.memory_bytes)]
+        if not fits:
+            rows.append(head + ["?", ""])
+            continue
+        best = max(f.length for *_, f in fits)
+        who = [(s, p, f) for s, p, f in fits if f.length == best]
+        modes: dict[str, list[str]] = {}
+        for s, p, _ in who:
+            modes.setdefault(s, []).append(p)
+        verified = all(f.verified for *_, f in who)
+        text = fit_text(who[0][2]) + ("" if verified else " (extrapolated)")
+        rows.append(head + [(text, "" if verified else "pred"),
+                            "; ".join(f"{s} ({', '.join(ps)})" for s, ps in modes.items())])
+    return table(["GPU", "name", "memory", f"longest length, {GPU_MODEL}", "reached by: variant (modes)"], rows,
+                 cls="summary gpu-model", text_cols=(1, 4))
+
+
+def gpu_model_table(frame: pd.DataFrame, cap: Capacity) -> str:
+    """The GPU model's own figures at the lengths it predicted for the capacity search:
+    per series × mode × GPU, the longest length that fits, the modelled total and
+    allocated peak there, the SDPA kernel, and what the next length up would need."""
+    rows = []
+    for p in panels(frame):
+        for s in series_order(frame):
+            for key, spec in cap.gpus.items():
+                if (s, p) not in cap.fits:
+                    continue
+                fit = cap.fits[(s, p)].get(key)
+                figures = cap.model.get((s, p, key), {})
+                here = figures.get(fit.length) if fit and fit.length else None
+                nxt = (fit.length * 2 if fit.length else 1 << MIN_EXP) if fit and not fit.at_cap else None
+                up = figures.get(nxt) if nxt else None
+                if fit is None:
+                    beyond = ""
+                elif fit.at_cap:
+                    beyond = f"fits at {fmt_len(1 << MAX_EXP)}, the longest searched"
+                elif up is None:
+                    beyond = f"{fmt_len(nxt)}: not yet predicted"
+                else:
+                    beyond = (f"{fmt_len(nxt)} needs {fmt_bytes(up['gpu_total_bytes'])}"
+                              + ("" if up["gpu_fits"] else ": out of memory"))
+                cls = "" if fit is not None and fit.verified else "pred"
+                rows.append([s, p, key, (fit_text(fit), cls),
+                             fmt_bytes(here["gpu_total_bytes"]) if here else "",
+                             fmt_bytes(here["gpu_allocated_peak_bytes"]) if here else "",
+                             (here["gpu_sdpa_backend"] or "-") if here else "", (beyond, "reason")])
+    return table(["variant", "mode", "GPU", "longest length", "total there", "allocated peak there", "SDPA kernel",
+                  "next length up"], rows, cls="gpu-model", text_cols=(1, 2, 6, 7))

@@ -5,10 +5,12 @@
 #
 # Stages: deps, device (nvidia-smi + environment.json), gpu-tests (pytest -m gpu),
 # sweep (a short real sweep), predict (fake-tensor predictions for the same points),
-# compare (comparison.csv: predicted vs allocator peak vs NVML). Each stage's output is
+# compare (comparison.csv: predicted vs allocator peak vs NVML), gpu-model (the GPU
+# memory model vs measured allocated/reserved/NVML for a small grid, each point in a
+# fresh process: $OUT/gpu-model.csv and docs/measured-gpu.md). Each stage's output is
 # kept in $OUT/logs/<stage>.log; a failing stage is reported and the later ones still
 # run; the script exits 1 at the end if any stage failed. Every stage has a time limit
-# (override with the *_TIMEOUT_S variables) so the whole check stays under ~8 minutes.
+# (override with the *_TIMEOUT_S variables): at most 9 minutes in all, about 5 typically.
 # See docs/gpu.md.
 set -euo pipefail
 
@@ -22,9 +24,11 @@ LOGS="$OUT/logs"
 
 PYTHON="${PYTHON:-python3}"
 DEPS_TIMEOUT_S="${DEPS_TIMEOUT_S:-90}"
-TESTS_TIMEOUT_S="${TESTS_TIMEOUT_S:-120}"
-SWEEP_TIMEOUT_S="${SWEEP_TIMEOUT_S:-240}"  # results.jsonl is flushed per point: a cut sweep still compares
-PREDICT_TIMEOUT_S="${PREDICT_TIMEOUT_S:-90}"
+TESTS_TIMEOUT_S="${TESTS_TIMEOUT_S:-90}"
+SWEEP_TIMEOUT_S="${SWEEP_TIMEOUT_S:-120}"  # results.jsonl is flushed per point: a cut sweep still compares
+PREDICT_TIMEOUT_S="${PREDICT_TIMEOUT_S:-60}"
+GPU_MODEL_TIMEOUT_S="${GPU_MODEL_TIMEOUT_S:-180}"  # 9 points, each in a fresh process (~15 s each)
+GPU_KEY="${GPU_KEY:-}"  # the GPU table key for the model (default: matched by device name)
 # The points, shared by sweep and predict so the comparison joins one to one.
 POINTS=(--max-len 16384 --min-len 1024 --d-model 1024 --heads 16 --layers 2 --dtype bfloat16)
 # `python -m attnprof` works whether or not the console script got installed.
@@ -103,8 +107,8 @@ compare() {
 """comparison.csv: one row per point, predicted (fake tensors) vs allocator vs NVML."""
 import csv, json, sys
 from pathlib import Path
-from attnprof.profiler.point import key_of_record
-from attnprof.profiler.records import read_records
+from attnprof.profiler.records import key_of_record
+from attnprof.profiler.runner.storage import read_records
 from attnprof.profiler.units import fmt_bytes
 
 out = Path(sys.argv[1])
@@ -137,6 +141,12 @@ sys.exit(0 if ok else "no measured point with a prediction to compare")
 PY
 }
 
+gpu_model() {
+    # measured allocated / reserved / NVML vs the model (attnprof predict --gpu): docs/measured-gpu.md
+    timeout --kill-after=15 "$GPU_MODEL_TIMEOUT_S" "$PYTHON" scripts/gpu_model_check.py --out "$OUT" \
+        --doc docs/measured-gpu.md --point-timeout 40 ${GPU_KEY:+--gpu "$GPU_KEY"}
+}
+
 # No editable install (offline machine)? Make `import attnprof` resolve to this checkout.
 if ! "$PYTHON" -c "import attnprof" 2>/dev/null; then
     LINKS="$(mktemp -d)"
@@ -145,8 +155,8 @@ if ! "$PYTHON" -c "import attnprof" 2>/dev/null; then
 fi
 
 # STAGES="predict compare" reruns a subset (e.g. compare after a cut sweep).
-STAGES=" ${STAGES:-deps device gpu-tests sweep predict compare} "
-for name in deps device gpu-tests sweep predict compare; do
+STAGES=" ${STAGES:-deps device gpu-tests sweep predict compare gpu-model} "
+for name in deps device gpu-tests sweep predict compare gpu-model; do
     if [[ "$STAGES" == *" $name "* ]]; then
         stage "$name" "${name//-/_}"
     fi

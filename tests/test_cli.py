@@ -110,7 +110,9 @@ def test_predict_full_attention_at_64k_reports_the_16_gib_scores():
     result = runner.invoke(app, ["predict", "--variant", "full", "--scope", "attention", "--batch", "1", "--heads", "1",
                                  "--head-dim", "64", "--dtype", "float32", "--seq-len", "65536", "--forward-only"])
     assert result.exit_code == 0, result.output
-    assert "32.05 GiB" in result.output and "16.00 GiB" in result.output and "[1, 1, 65536, 65536]" in result.output
+    # the textbook causal einsum's forward: 16 GiB scores, their 16 GiB masked copy, the 4 GiB bool mask
+    assert "36.05 GiB" in result.output and "16.00 GiB" in result.output and "[1, 1, 65536, 65536]" in result.output
+    assert "4.00 GiB" in result.output and "bool [65536, 65536]" in result.output
 
 
 def test_budget_reports_the_longest_fitting_power_of_two():

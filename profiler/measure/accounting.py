@@ -10,6 +10,8 @@ from dataclasses import dataclass, field, replace
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from attnprof.profiler.measure import cache as prediction_cache
+from attnprof.profiler.measure.compose import TRACED_PERIODS, Composition, NotComposable, drive, trace_point
 from attnprof.profiler.measure.flops import FlopCounter
 from attnprof.profiler.records import Point
 from attnprof.profiler.measure.tracker import MemoryTracker
@@ -24,14 +26,16 @@ class Accounting:
     flops_fwd: int = 0  # counted by FlopCounterMode (prediction only)
     flops_bwd: int = 0
     wall_ms: float = 0.0  # how long the accounting itself took
-    method: str = "exact"  # or "extrapolated from L=a,b,c" (see predict)
+    method: str = "exact"  # every layer ran; or "composed from L=a" (see predict)
+    cached: bool = False  # read back from the persistent prediction cache
 
 
 def account(point: Point, *, fake: bool, device: str = "cpu", count_flops: bool = False, seed: int = 0) -> Accounting:
     """Run the point's forward (+ backward) under the tracker; ``fake`` allocates nothing.
 
     The tracker is entered *inside* the fake mode; entered outside, it would see only
-    parameters and inputs (../shared/NOTES.md).
+    parameters and inputs (../shared/NOTES.md). With ``fake`` this is the plain full-depth
+    fake-tensor run that every fast prediction (``predict``) must equal to the byte.
     """
     start = time.perf_counter()
     torch.manual_seed(seed)
@@ -40,76 +44,79 @@ def account(point: Point, *, fake: bool, device: str = "cpu", count_flops: bool 
         work = Workload(point, device)
         flops = FlopCounter() if count_flops else contextlib.nullcontext()
         with flops as counter, MemoryTracker() as tracker:
-            tracker.track(work.params, "parameters")
-            tracker.track(work.inputs, "inputs")
-            loss = work.forward()
-            flops_fwd = counter.total if count_flops else 0
-            if not point.forward_only:
-                work.backward(loss)
-                tracker.mark_gradients(work.grads())
-            del loss
-            flops_bwd = counter.total - flops_fwd if count_flops else 0
+            so_far = []  # FLOPs counted when backward starts
+
+            def phase(name: str) -> None:
+                if name == "backward" and count_flops:
+                    so_far.append(counter.total)
+
+            drive(work, tracker, phase=phase)
+            total = counter.total if count_flops else 0
+            flops_fwd = so_far[0] if so_far else total
+            flops_bwd = total - flops_fwd
         report = tracker.report()
     return Accounting(report.peak_bytes, report.breakdown_bytes, report.largest_at_peak, flops_fwd, flops_bwd,
                       (time.perf_counter() - start) * 1e3)
 
 
 def predict(point: Point, *, count_flops: bool = True, exact: bool = False) -> Accounting:
-    """Predicted peak bytes and FLOPs of a point, from fake tensors on the CPU device.
+    """Predicted peak bytes and FLOPs of a point, from fake tensors on the CPU device,
+    equal to the byte to the plain full-depth fake run (``account(point, fake=True)``).
 
     Not the meta device: SDPA falls back to its quadratic math path there (NOTES.md).
 
-    Deep stacks: a fake run costs time per op, not per byte, so a 12-layer model costs
-    L layers of dispatch. Its blocks are identical (up to the variant's layer period
-    p), so the peak, every breakdown category and the FLOPs are affine in depth once
-    the peak sits in the same phase of the computation (measured: from L=2 on; a
-    single layer is special, its backward has no earlier layers' gradients beside it).
-    For deep stacks (L > 9p) the predictor runs 2p, 3p and 4p layers; if both steps
-    are equal to the byte it extrapolates to L, otherwise it runs all L layers.
-    ``exact=True`` always runs all L layers; tests check that both agree for every
-    variant x mode.
+    Deep stacks: a fake run costs time per op, not per byte, so L layers cost L layers of
+    dispatch. A stack deeper than three layer periods (p, the variant's ``layer_period``)
+    is traced three periods deep and its L-layer event sequence composed from the trace
+    (profiler/measure/compose.py): exact, and refused (all L layers run instead) wherever
+    the trace cannot show that it is. Every run uses one dispatch mode for memory and
+    FLOPs, and a FakeTensorMode that does not import torch._dynamo (fakemode.py). The
+    figures are kept in the persistent cache (cache.py) and read back from it.
+    ``exact=True`` runs ``account`` itself, uncached: every layer, the tracker and
+    FlopCounter as separate modes; the tests check that both agree.
     """
+    if exact:
+        return account(point, fake=True, device="cpu", count_flops=count_flops)
     start = time.perf_counter()
+    hit = prediction_cache.load(point)
+    if hit is not None:
+        acc = Accounting(**hit, cached=True)
+    else:
+        acc = _predict(point)
+        prediction_cache.store(point, {name: getattr(acc, name) for name in prediction_cache.FIELDS})
+    if not count_flops:
+        acc.flops_fwd = acc.flops_bwd = 0
+    acc.wall_ms = (time.perf_counter() - start) * 1e3
+    return acc
+
+
+def _predict(point: Point) -> Accounting:
+    """The fast path: three periods traced and composed, or every layer traced."""
     layers = point.shape.layers
     period = _layer_period(point)
-    depths = [2 * period, 3 * period, 4 * period]
-    if exact or point.scope != "model" or layers % period or sum(depths) >= layers:
-        return account(point, fake=True, device="cpu", count_flops=count_flops)
-    runs = [account(_with_layers(point, d), fake=True, device="cpu", count_flops=count_flops) for d in depths]
-    fit = _affine(runs, (layers - depths[-1]) // period)
-    if fit is None:
-        return account(point, fake=True, device="cpu", count_flops=count_flops)
-    fit.wall_ms = (time.perf_counter() - start) * 1e3
-    fit.method = "extrapolated from L=" + ",".join(map(str, depths))
-    return fit
+    note = ""
+    if point.scope == "model" and layers % period == 0 and layers // period > TRACED_PERIODS:
+        traced_layers = TRACED_PERIODS * period
+        traced = trace_point(_with_layers(point, traced_layers), marks=True)
+        try:
+            peak, breakdown, largest, fwd, bwd = Composition.of(traced).figures(layers // period)
+        except NotComposable as exc:
+            note = f"; not composed from L={traced_layers}: {exc}"
+        else:
+            return Accounting(peak, breakdown, largest, fwd, bwd, method=f"composed from L={traced_layers}")
+    traced = trace_point(point)
+    return Accounting(traced.peak_bytes, traced.breakdown_bytes, traced.largest_at_peak, traced.flops_fwd,
+                      traced.flops_bwd, method="exact" + note)
 
 
 def _layer_period(point: Point) -> int:
     from attnprof.scenarios.variants.registry import parse_variant
 
-    spec = parse_variant(point.variant)
-    return spec.cls.layer_period(spec.cls.resolve_options(spec.options))
+    return parse_variant(point.variant).layer_period()
 
 
 def _with_layers(point: Point, layers: int) -> Point:
     return replace(point, shape=replace(point.shape, layers=layers))
-
-
-def _affine(runs: list[Accounting], steps: int) -> Accounting | None:
-    """The run ``steps`` periods past the last one, if every figure grows by equal steps."""
-    def series(get):
-        values = [get(r) for r in runs]
-        delta = values[1] - values[0]
-        return values[-1] + steps * delta if values[2] - values[1] == delta else None
-
-    getters = {"peak": lambda r: r.peak_bytes, "fwd": lambda r: r.flops_fwd, "bwd": lambda r: r.flops_bwd}
-    for cat in runs[0].breakdown_bytes:
-        getters[cat] = lambda r, c=cat: r.breakdown_bytes[c]
-    fitted = {name: series(get) for name, get in getters.items()}
-    if any(v is None for v in fitted.values()):
-        return None
-    breakdown = {cat: fitted[cat] for cat in runs[0].breakdown_bytes}
-    return Accounting(fitted["peak"], breakdown, runs[-1].largest_at_peak, fitted["fwd"], fitted["bwd"])
 
 
 def measure_cpu(point: Point) -> Accounting:

@@ -7,12 +7,19 @@ needs. It does not see memory a kernel allocates internally (fused-attention
 workspaces), nor allocator rounding or caching: see docs/accounting.md.
 
 Under fake tensors, enter this mode *inside* the FakeTensorMode (../shared/NOTES.md).
+
+``MemoryTracker(trace=True)`` also keeps the exact ordered event sequence (``trace``):
+every storage allocated (bytes, creating op) and freed, every op dispatched, and markers
+(``mark("backward")``). The GPU memory model (``attnprof.profiler.gpu``) replays it
+through a simulation of the CUDA caching allocator. Off by default; when off it costs
+one ``is None`` test per op and per storage.
 """
 
 from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass, field
+from typing import Optional
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -21,6 +28,26 @@ from torch.utils._pytree import tree_flatten
 # Ops that never allocate; under fake tensors prim.device alone is ~70% of all dispatches.
 _NO_ALLOCATION = frozenset({torch.ops.prim.device.default})
 CATEGORIES = ("parameters", "gradients", "inputs", "activations", "temporaries")
+
+# Trace events (tuples, cheap to make; ``MemoryTracker.trace``), in the order they happened:
+ALLOC = "alloc"  # (ALLOC, serial, nbytes, op): a new storage; op "" for one registered with track()
+FREE = "free"  # (FREE, serial): its storage was freed
+OP = "op"  # (OP, op, info): an op was dispatched; its new output storages' ALLOC events follow at once
+MARK = "mark"  # (MARK, label): a point the caller named, e.g. "backward"
+# Ops whose tensor arguments the trace describes in OP's info (the GPU model substitutes
+# the CUDA kernels of these): {"grad_enabled": bool, "args": [TensorInfo | None, ...]}.
+TRACE_DETAIL_OPS = ("scaled_dot_product",)
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """A tensor argument of a traced op, as the GPU model needs it."""
+
+    serial: Optional[int]  # the storage's serial, None if the tracker never saw it
+    shape: tuple
+    stride: tuple
+    dtype: str  # "float32", ...
+    requires_grad: bool
 
 
 @dataclass
@@ -46,7 +73,7 @@ class MemoryTracker(TorchDispatchMode):
     ``temporaries`` (everything else).
     """
 
-    def __init__(self):
+    def __init__(self, trace: bool = False):
         super().__init__()
         # Storage addresses are reused after a free, so each storage also gets a serial
         # number that is never reused; categories are kept by serial.
@@ -60,6 +87,7 @@ class MemoryTracker(TorchDispatchMode):
         self._peak: list[tuple[int, int]] = []  # (serial, nbytes) live at the peak
         self._at_peak = False  # the live set is the peak's, not yet copied
         self._hooks = None
+        self.trace: Optional[list] = [] if trace else None  # the event sequence, when asked for
 
     # --- storage bookkeeping ---------------------------------------------------------
     def _serial_of(self, t: torch.Tensor) -> int:
@@ -75,6 +103,8 @@ class MemoryTracker(TorchDispatchMode):
         self._serial += 1
         self._origin[self._serial] = (op, tuple(t.shape), str(t.dtype).replace("torch.", ""))
         self._live[key] = (self._serial, nbytes)
+        if self.trace is not None:
+            self.trace.append((ALLOC, self._serial, nbytes, op))
         self.current_bytes += nbytes
         weakref.finalize(storage, self._free, key, self._serial)
         if self.current_bytes > self.peak_bytes:
@@ -95,6 +125,8 @@ class MemoryTracker(TorchDispatchMode):
             self._snapshot_if_at_peak()
             del self._live[key]
             self.current_bytes -= entry[1]
+            if self.trace is not None:
+                self.trace.append((FREE, serial))
 
     def track(self, tensors, kind: str) -> None:
         """Count tensors that already exist (parameters, inputs) as live, with a category."""
@@ -108,6 +140,24 @@ class MemoryTracker(TorchDispatchMode):
             if isinstance(t, torch.Tensor):
                 self._kind.setdefault(self._serial_of(t), "gradients")
 
+    def mark(self, label: str) -> None:
+        """Put a named marker into the trace (no-op without ``trace``)."""
+        if self.trace is not None:
+            self.trace.append((MARK, label))
+
+    def _op_info(self, name: str, args, kwargs) -> Optional[dict]:
+        if not any(part in name for part in TRACE_DETAIL_OPS):
+            return None
+        described = []
+        for a in (*args, *(kwargs or {}).values()):
+            if isinstance(a, torch.Tensor):
+                entry = self._live.get(a.untyped_storage()._cdata)
+                described.append(TensorInfo(entry[0] if entry else None, tuple(a.shape), tuple(a.stride()),
+                                            str(a.dtype).replace("torch.", ""), bool(a.requires_grad)))
+            else:
+                described.append(None)
+        return {"grad_enabled": torch.is_grad_enabled(), "args": described}
+
     def reset_peak(self) -> None:
         self.peak_bytes = self.current_bytes
         self._at_peak = True
@@ -117,6 +167,8 @@ class MemoryTracker(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         if func in _NO_ALLOCATION:
             return out
+        if self.trace is not None:
+            self.trace.append((OP, func.__name__, self._op_info(func.__name__, args, kwargs)))
         for t in tree_flatten(out)[0]:
             if isinstance(t, torch.Tensor):
                 self._add(t, func.__name__)

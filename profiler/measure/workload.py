@@ -2,6 +2,26 @@
 
 Prediction (fake tensors) and measurement (real tensors) both go through here, so the
 two run exactly the same ops and their tensor peaks can be compared byte for byte.
+
+The upstream gradient is real, never ``out.sum().backward()``: that hands autograd an
+expanded scalar (no memory of its own, ../shared/NOTES.md), and at scope model, after
+the stack's final LayerNorm at default weights, the sum's input gradient is zero by
+construction. ``dout``, random, of the output's shape and dtype, is made with the inputs
+before the forward and counted with them (docs/accounting.md):
+
+- scope attention: backward runs from it, as a kernel benchmark does
+  (``out = core(q, k, v); out.backward(dout)``, the output alive meanwhile);
+- scope model: it is the fixed random projection of the loss ``(out * dout).sum()``, as a
+  model's head would consume the output: the output is freed after the forward (the
+  product saves only ``dout``), and backward's first step makes one [B, n, d_model]
+  gradient (1 x ``dout``), freed once the final LayerNorm's backward has used it.
+
+A forward-only point has no ``dout`` and no loss.
+
+At scope attention a variant whose blocks alternate (``layer_period() = p > 1``, the
+interleaved Sparse Transformer) runs one core of each of its p layer kinds on the same
+q, k, v and sums their outputs, so every kind is measured; the record says so
+(``scope_note``).
 """
 
 from __future__ import annotations
@@ -9,10 +29,11 @@ from __future__ import annotations
 import contextlib
 
 import torch
+from torch import nn
 
 from attnprof.profiler.records import Point
 from attnprof.scenarios.variants.registry import parse_variant
-from attnprof.scenarios.stack.blocks import Stack, loss_of
+from attnprof.scenarios.stack.blocks import Stack
 
 
 @contextlib.contextmanager
@@ -28,8 +49,27 @@ def _building(device: torch.device, dtype: torch.dtype):
         torch.set_default_dtype(previous)
 
 
+def scope_note(point: Point) -> str:
+    """What a record of this point must say about how it was measured, or ''."""
+    if point.scope != "attention":
+        return ""
+    period = parse_variant(point.variant).layer_period()
+    if period == 1:
+        return ""
+    return (f"scope attention: one core of each of the {period} alternating layer kinds (layer_index 0..{period - 1}) "
+            f"on the same q, k, v, outputs summed; figures cover {period} attention layers")
+
+
+def _one_period(layers: nn.ModuleList, q, k, v) -> torch.Tensor:
+    """Every layer kind's core on the same q, k, v, outputs summed: (B, h, n, dh)."""
+    out = layers[0].core(q, k, v)  # (B, h, n, dh)
+    for layer in layers[1:]:
+        out = out + layer.core(q, k, v)  # (B, h, n, dh)
+    return out
+
+
 class Workload:
-    """A point made concrete on a device: ``params``, ``inputs``, ``forward()``, ``backward()``."""
+    """A point made concrete on a device: ``params``, ``inputs``, ``dout``, ``forward()``, ``backward()``."""
 
     def __init__(self, point: Point, device: str | torch.device = "cpu"):
         self.point = point
@@ -44,30 +84,39 @@ class Workload:
                 self.module = Stack(spec, shape, point.mode)
             x = torch.randn(b, n, d, device=device, dtype=dtype, requires_grad=grad)  # (B, n, d)
             self.inputs = [x]
-            self._run = lambda: self.module(x)
+            self.params = list(self.module.parameters())
+            self._run = lambda: self.module(x)  # (B, n, d)
+            out_shape = (b, n, d)
         else:
-            with _building(device, dtype):
-                self.module = spec.build(d, h)
+            with _building(device, dtype):  # one module per layer kind: layer_index 0..p-1
+                self.module = nn.ModuleList(spec.build(d, h, layer_index=i) for i in range(spec.layer_period()))
             q, k, v = (torch.randn(b, h, n, dh, device=device, dtype=dtype, requires_grad=grad)
                        for _ in range(3))  # each (B, h, n, dh)
-            if self.module.shared_qk:
+            if self.module[0].shared_qk:
                 k = q  # Reformer: one shared query/key tensor
                 self.inputs = [q, v]
             else:
                 self.inputs = [q, k, v]
-            self._run = lambda: self.module.core(q, k, v)
-        # scope attention counts only what the core uses: not the unused projections
-        self.params = list(self.module.parameters() if point.scope == "model" else self.module.core_parameters())
+            # scope attention counts only what the cores use: not the unused projections
+            self.params = [p for layer in self.module for p in layer.core_parameters()]
+            self._run = lambda: _one_period(self.module, q, k, v)  # (B, h, n, dh)
+            out_shape = (b, h, n, dh)
+        # d(loss)/d(out): a real tensor made before the forward (see the module docstring)
+        self.dout = None if point.forward_only else torch.randn(out_shape, device=device, dtype=dtype)
 
     def forward(self) -> torch.Tensor:
-        """The forward pass; returns the scalar loss (with no_grad when forward_only)."""
+        """The forward pass; returns what ``backward`` starts from: the output (scope
+        attention) or the scalar loss (scope model); the output under no_grad when forward-only."""
         if self.point.forward_only:
             with torch.no_grad():
-                return loss_of(self._run())
-        return loss_of(self._run())
+                return self._run()
+        out = self._run()
+        if self.point.scope == "model":
+            return (out * self.dout).sum()  # the loss; out is no longer needed once it exists
+        return out
 
-    def backward(self, loss: torch.Tensor) -> None:
-        loss.backward()
+    def backward(self, result: torch.Tensor) -> None:
+        result.backward(self.dout if self.point.scope == "attention" else None)
 
     def grads(self) -> list[torch.Tensor]:
         return [t.grad for t in self.params + self.inputs if t.grad is not None]
@@ -78,6 +127,6 @@ class Workload:
 
     def step(self) -> None:
         """Forward, then backward unless forward-only."""
-        loss = self.forward()
+        result = self.forward()
         if not self.point.forward_only:
-            self.backward(loss)
+            self.backward(result)

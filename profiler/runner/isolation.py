@@ -39,20 +39,30 @@ class HelperError(UserError):
 
 
 class PointRunner:
-    """Runs one point at a time in a fresh worker forked from one warm helper."""
+    """Runs one point at a time in a fresh worker forked from one warm helper.
 
-    def __init__(self, interrupts: Optional[Interrupts] = None):
+    ``run`` waits for the point; ``begin`` + ``advance`` do the same without waiting, so
+    that one loop can drive several runners at once (``executors.local``, one per GPU).
+    ``env``: variables added to the helper's environment, and so its workers' (e.g.
+    ``CUDA_VISIBLE_DEVICES``: the helper never touches CUDA, its workers see one GPU).
+    """
+
+    def __init__(self, interrupts: Optional[Interrupts] = None, env: Optional[dict] = None):
         self.interrupts = interrupts or Interrupts()  # not entered: never fires
+        self.env = dict(env or {})
         self.helper: Optional[subprocess.Popen] = None
         self.ctl: Optional[socket.socket] = None
+        self.job: Optional[_Job] = None
 
     # --- the helper ---------------------------------------------------------------------
-    def _start(self) -> None:
+    def spawn(self) -> None:
+        """Start the helper without waiting for it to be ready (``await_ready``)."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.helper = subprocess.Popen(
                 [sys.executable, "-m", HELPER_MODULE, str(os.getpid()), str(theirs.fileno())],
-                pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, start_new_session=True)
+                pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, start_new_session=True,
+                env={**os.environ, **self.env} if self.env else None)
         except OSError as exc:
             ours.close()
             raise HelperError(f"cannot start the measuring helper process: {exc.strerror or exc}") from None
@@ -63,6 +73,8 @@ class PointRunner:
             ours.send(pickle.dumps(("init", list(sys.path))))
         except OSError:
             pass  # it died already; the wait below says so
+
+    def await_ready(self) -> None:
         deadline = time.monotonic() + READY_TIMEOUT_S
         while True:
             if self.ctl in self._wait([self.ctl], deadline):
@@ -77,9 +89,20 @@ class PointRunner:
                 self.close()
                 raise HelperError(f"the measuring helper process was not ready within {READY_TIMEOUT_S:.0f} s")
 
+    def _start(self) -> None:
+        self.spawn()
+        self.await_ready()
+
+    @property
+    def alive(self) -> bool:
+        return self.helper is not None and self.helper.poll() is None
+
     def close(self) -> None:
         """Kill the helper and any worker of it (one process group), and reap the helper."""
         helper, self.helper = self.helper, None
+        if self.job is not None:
+            self.job.result.close()
+            self.job = None
         if self.ctl is not None:
             self.ctl.close()
             self.ctl = None
@@ -96,53 +119,79 @@ class PointRunner:
     def run(self, point, settings) -> dict:
         """The worker's record (a dict with "variant"), or {"status", "reason"} when it
         timed out or crashed. Raises Interrupted when a signal came meanwhile."""
-        if self.helper is None or self.helper.poll() is not None:
+        try:
+            result = self.begin(point, settings.for_child())
+            while result is None:
+                result = self.advance(self._wait(self.watched(), self.deadline()))
+            return result
+        except BaseException:
+            self.close()
+            raise
+
+    def begin(self, point, child_settings: dict) -> Optional[dict]:
+        """Send the point to a fresh worker and return at once: None while it runs
+        (``advance`` says when it is done), or its result when it could not start."""
+        if not self.alive:
             self.close()
             self._start()
         read_fd, write_fd = os.pipe()
         result = Connection(read_fd, writable=False)
         try:
-            try:
-                socket.send_fds(self.ctl, [pickle.dumps(("run", point, settings.for_child()))], [write_fd])
-            except OSError:
-                self.close()
-                return {"status": "crashed", "reason": "the measuring helper process died before the point started"}
-            finally:
-                os.close(write_fd)
-            return self._await(result, settings.point_timeout_s)
-        except BaseException:
-            self.close()
-            raise
-        finally:
+            socket.send_fds(self.ctl, [pickle.dumps(("run", point, child_settings))], [write_fd])
+        except OSError:
             result.close()
+            self.close()
+            return {"status": "crashed", "reason": "the measuring helper process died before the point started"}
+        finally:
+            os.close(write_fd)
+        self.job = _Job(result, time.monotonic() + child_settings["point_timeout_s"],
+                        child_settings["point_timeout_s"])
+        return None
 
-    def _await(self, result: Connection, timeout_s: float) -> dict:
-        deadline = time.monotonic() + timeout_s
-        data, code, reading = None, None, True
-        while code is None:
-            watched = ([result] if reading else []) + [self.ctl]
-            ready = self._wait(watched, deadline)
-            if reading and result in ready:
-                reading = False
-                try:
-                    data = result.recv()
-                except (EOFError, OSError):
-                    data = None  # died before sending: the exit code says how
-                if data is not None:
-                    deadline = min(deadline, time.monotonic() + LINGER_S)
-            if self.ctl in ready:
-                message = self._receive()
-                if message is None:
-                    self.close()
-                    return data or {"status": "crashed", "reason": "the measuring helper process died during the point"}
-                if message[0] == "exited":
-                    code = message[1]
-            if code is None and time.monotonic() >= deadline:
-                self._kill_worker()
-                if data is not None:
-                    return data  # sent its result, then lingered
-                return {"status": "timeout", "reason": f"no result within --point-timeout {timeout_s:g} s; worker killed"}
-        return data if data is not None else _crash(code)
+    def watched(self) -> list:
+        """What to wait on while a point runs: its result pipe (until read) and the helper's socket."""
+        job = self.job
+        return ([job.result] if job.reading else []) + [self.ctl]
+
+    def deadline(self) -> float:
+        return self.job.deadline
+
+    def advance(self, ready: list) -> Optional[dict]:
+        """Take what is ``ready`` of the running point; its result once it is over, else None.
+        Past its deadline the worker is killed: ``timeout``, or the result it sent before."""
+        job = self.job
+        if job.reading and job.result in ready:
+            job.reading = False
+            try:
+                job.data = job.result.recv()
+            except (EOFError, OSError):
+                job.data = None  # died before sending: the exit code says how
+            if job.data is not None:
+                job.deadline = min(job.deadline, time.monotonic() + LINGER_S)
+        if self.ctl in ready:
+            message = self._receive()
+            if message is None:
+                data = job.data
+                self.close()
+                return data or {"status": "crashed", "reason": "the measuring helper process died during the point"}
+            if message[0] == "exited":
+                job.code = message[1]
+                job.pid = message[2] if len(message) > 2 else None
+        if job.code is not None:
+            return self._end(job.data if job.data is not None else {**_crash(job.code), "worker_pid": job.pid})
+        if time.monotonic() >= job.deadline:
+            self._kill_worker()
+            if job.data is not None:
+                return self._end(job.data)  # sent its result, then lingered
+            return self._end({"status": "timeout",
+                              "reason": f"no result within --point-timeout {job.timeout_s:g} s; worker killed"})
+        return None
+
+    def _end(self, result: dict) -> dict:
+        if self.job is not None:
+            self.job.result.close()
+            self.job = None
+        return result
 
     def _kill_worker(self) -> None:
         try:
@@ -162,11 +211,7 @@ class PointRunner:
     # --- plumbing -----------------------------------------------------------------------
     def _wait(self, watched: list, deadline: float) -> list:
         """Those of ``watched`` that are ready by ``deadline``; Interrupted if a signal came."""
-        wake = self.interrupts.fileno()
-        timeout = min(max(deadline - time.monotonic(), 0.0), MAX_WAIT_S)
-        ready = wait(watched + ([wake] if wake is not None else []), timeout)
-        self.interrupts.check()
-        return ready
+        return wait_for(watched, deadline, self.interrupts)
 
     def _receive(self) -> Optional[tuple]:
         try:
@@ -174,6 +219,23 @@ class PointRunner:
         except OSError:
             return None
         return pickle.loads(message) if message else None
+
+
+class _Job:
+    """The point a runner's worker is measuring."""
+
+    def __init__(self, result: Connection, deadline: float, timeout_s: float):
+        self.result, self.deadline, self.timeout_s = result, deadline, timeout_s
+        self.reading, self.data, self.code, self.pid = True, None, None, None
+
+
+def wait_for(watched: list, deadline: float, interrupts: Interrupts) -> list:
+    """Those of ``watched`` that are ready by ``deadline``; Interrupted if a signal came."""
+    wake = interrupts.fileno()
+    timeout = min(max(deadline - time.monotonic(), 0.0), MAX_WAIT_S)
+    ready = wait(watched + ([wake] if wake is not None else []), timeout)
+    interrupts.check()
+    return ready
 
 
 def _crash(code: Optional[int]) -> dict:

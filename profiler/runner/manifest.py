@@ -10,7 +10,7 @@ import subprocess
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 from attnprof import __version__
 from attnprof.profiler.runner.errors import SweepError
@@ -56,9 +56,12 @@ def environment(device: str) -> dict:
     return env
 
 
-def write_manifest(out_dir: Path, scenario: Scenario, settings) -> dict:
+def write_manifest(out_dir: Path, scenario: Scenario, settings, cluster: Optional[dict] = None) -> dict:
     """Write manifest.json atomically (a temporary file, then rename); on a write error
-    the temporary file is removed and the old manifest stays as it was."""
+    the temporary file is removed and the old manifest stays as it was.
+
+    ``cluster`` (the executor's ``describe()``): where the points run, the executor, its
+    slots, and each node with its devices; ``environment`` stays this process's own."""
     manifest = {
         "format": "attnprof-run",
         "version": 1,
@@ -68,6 +71,8 @@ def write_manifest(out_dir: Path, scenario: Scenario, settings) -> dict:
         "settings": {k: v for k, v in settings.__dict__.items() if k != "test_hook"},
         "environment": environment(settings.device),
     }
+    if cluster is not None:
+        manifest["cluster"] = cluster
     previous = read_manifest(out_dir)
     if previous:
         created, resumed = previous.get("created_at"), previous.get("resumed_at")
@@ -102,7 +107,7 @@ def check_resumable(out_dir: Path, scenario: Scenario, device: str, records: lis
     before = manifest.get("settings", {}).get("device")
     if not isinstance(before, str):
         before = next((r["device"] for r in records if r.get("device") != device), None)
-    if before and before != device:
+    if before and before != device and device != "auto":  # auto: on a cluster, checked once it is resolved
         raise SweepError(f"cannot resume {out_dir} on {device}: it was measured on {_short(before)}")
     previous = manifest.get("scenario")
     if previous is None:

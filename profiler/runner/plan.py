@@ -84,7 +84,4 @@ def shape_problem(point: Point) -> str | None:
         spec.check_shape(s.seq_len, s.heads, s.head_dim)
     except VariantError as exc:
         return str(exc)
-    if point.scope == "attention" and spec.cls.layer_period(spec.cls.resolve_options(spec.options)) > 1:
-        return (f"{point.variant} alternates its pattern across blocks; scope attention has one block "
-                f"and would measure only the first pattern: use scope model")
     return None

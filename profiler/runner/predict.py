@@ -1,19 +1,29 @@
 """`attnprof predict`: predicted peak bytes and FLOPs for a scenario's points, and the
-longest power-of-two length that fits a memory budget."""
+longest length that fits a memory budget (at power-of-two or finer resolution).
+
+Predictions run in this process when there are few of them; many run in this process
+and in workers forked from it once it is warm (torch and the fake-tensor machinery
+imported), each taking the next point not yet taken, so no worker pays the warm-up.
+"""
 
 from __future__ import annotations
 
+import math
 import multiprocessing as mp
 import os
 from concurrent.futures import ProcessPoolExecutor
+from typing import Callable, Optional
 
 from attnprof.profiler.measure.accounting import predict
+from attnprof.profiler.measure.workload import scope_note
 from attnprof.profiler.runner.plan import series, shape_at, shape_problem
 from attnprof.profiler.records import Point
 from attnprof.profiler.units import fmt_bytes, fmt_flops
 from attnprof.scenarios.scenario import Scenario
 
 LONGEST_SEARCHED = 1 << 20  # budget search stops at 1M tokens unless --max-len says otherwise
+SPREAD_FROM = 3  # fewer tasks than this run in this process: forking a worker costs more than it saves
+SCAN = 4096  # how far (in steps of the resolution) to look for a length a variant accepts
 
 
 def prediction_record(point: Point) -> dict:
@@ -21,70 +31,194 @@ def prediction_record(point: Point) -> dict:
     problem = shape_problem(point)
     if problem:
         return {**record, "status": "skipped", "reason": problem, "predicted_peak_bytes": None, "flops": None}
+    record["reason"] = scope_note(point)
     acc = predict(point)
     return {**record, "predicted_peak_bytes": acc.peak_bytes, "predicted_breakdown_bytes": acc.breakdown_bytes,
             "largest_at_peak": acc.largest_at_peak,
             "flops_fwd": acc.flops_fwd, "flops_bwd": acc.flops_bwd, "flops": acc.flops_fwd + acc.flops_bwd,
-            "prediction_method": acc.method, "predict_ms": round(acc.wall_ms, 1)}
+            "prediction_method": acc.method, "prediction_cached": acc.cached, "predict_ms": round(acc.wall_ms, 1)}
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def spread(fn: Callable, tasks: list, workers: Optional[int] = None) -> list:
+    """``[fn(t) for t in tasks]``, over this process and ``workers - 1`` forked ones
+    (default: one per usable core). Each process takes the next task not yet taken:
+    workers from the end, this one from the start, until they meet. The workers are
+    forked from this process with torch already imported; what a first fake run imports
+    lazily (sympy, torch.distributed.tensor) they import side by side, and with a warm
+    cache there is nothing to import. Forking is safe: predictions run no real kernels
+    and touch no GPU. ``fn`` and the tasks must be picklable (a module-level function)."""
+    tasks = list(tasks)
+    workers = min(len(tasks), workers or usable_cores())
+    if workers < 2 or len(tasks) < SPREAD_FROM or mp.current_process().daemon:  # a pool's worker cannot fork
+        return [fn(t) for t in tasks]
+    results: list = [None] * len(tasks)
+    with ProcessPoolExecutor(max_workers=workers - 1, mp_context=mp.get_context("fork")) as pool:
+        futures = {i: pool.submit(fn, tasks[i]) for i in reversed(range(len(tasks)))}
+        for i in range(len(tasks)):
+            if futures[i].cancel():  # not taken by a worker yet: this process does it
+                results[i] = fn(tasks[i])
+        for i, future in futures.items():
+            if not future.cancelled():
+                results[i] = future.result()
+    return results
 
 
 def predict_points(scenario: Scenario) -> list[dict]:
-    """Every point's prediction, spread over the CPU's cores (a fake run is single-threaded
-    Python). Forking is safe here: predictions run no real kernels and touch no GPU."""
-    points = [p for s in series(scenario) for p in s]
-    workers = min(len(points), os.cpu_count() or 1)
-    if workers < 2:
-        return [prediction_record(p) for p in points]
-    with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("fork")) as pool:
-        return list(pool.map(prediction_record, points))
+    """Every point's prediction (``spread`` over the cores when there are many)."""
+    return spread(prediction_record, [p for s in series(scenario) for p in s])
 
 
-def longest_fitting(scenario: Scenario, budget_bytes: int, start: int = 256, limit: int | None = None) -> list[dict]:
-    """Per variant x mode: the longest power-of-two length whose predicted peak fits.
+def longest_fitting(scenario: Scenario, budget_bytes: int, start: int = 256, limit: int | None = None,
+                    resolution: int | None = None) -> list[dict]:
+    """Per variant x mode: the longest length whose predicted peak fits ``budget_bytes``.
 
-    Peak memory grows with length for every variant, so a binary search over the
-    powers of two from ``start`` to ``limit`` (default 1M tokens) finds it in a few
-    predictions.
+    Lengths are powers of two from ``start`` to ``limit`` (default 1M tokens); with a
+    ``resolution``, multiples of it: a search over the powers of two (bisection, each
+    step placed where the peaks predicted so far say the budget is crossed: ``_guess``)
+    brackets the answer, a bisection over the multiples of ``resolution`` inside the
+    bracket finds it.
+    Both visit only lengths the variant accepts (LSH needs n divisible by 2 x bucket_size,
+    sparse by its stride), and every figure is a prediction, never an extrapolation.
+    The search assumes the peak grows with n, which holds for these variants; each row
+    says whether the lengths it predicted bear that out (``monotone``) and, if not, where.
+    Series run in parallel (``spread``).
     """
+    if resolution is not None and resolution <= 0:
+        raise ValueError(f"resolution must be a positive number of tokens, got {resolution}")
     limit = limit or LONGEST_SEARCHED
-    all_lengths = [start << i for i in range(64) if start << i <= limit]
-    rows = []
-    for points in series(scenario.override(seq_lens=(start,))):
-        template = points[0]
-        cache: dict[int, dict] = {}
+    templates = [points[0] for points in series(scenario.override(seq_lens=(start,)))]
+    return spread(_longest_in_series, [(scenario, t, budget_bytes, start, limit, resolution) for t in templates])
 
-        def point_at(n: int) -> Point:
-            return Point(template.variant, template.mode, template.scope, shape_at(scenario, n), template.forward_only)
 
-        def at(n: int) -> dict:
-            if n not in cache:
-                cache[n] = prediction_record(point_at(n))
-            return cache[n]
+class _Series:
+    """One variant x mode at any length: its predictions, made once each."""
 
-        # A variant may refuse the shortest lengths (LSH needs two buckets): the search
-        # starts at the first length it accepts, or a refusal would read as "does not fit".
-        accepted = [i for i, n in enumerate(all_lengths) if shape_problem(point_at(n)) is None]
-        lengths = all_lengths[accepted[0]:] if accepted else all_lengths
+    def __init__(self, scenario: Scenario, template: Point):
+        self.scenario, self.template = scenario, template
+        self.records: dict[int, dict] = {}
+        self._accepts: dict[int, bool] = {}
 
-        def fits(n: int) -> bool:
-            record = at(n)
-            return record["status"] == "ok" and record["predicted_peak_bytes"] <= budget_bytes
+    def point(self, n: int) -> Point:
+        t = self.template
+        return Point(t.variant, t.mode, t.scope, shape_at(self.scenario, n), t.forward_only)
 
-        lo, hi = -1, len(lengths)  # lengths[lo] fits (or none), lengths[hi] does not (or beyond)
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if fits(lengths[mid]) else (lo, mid)
-        best = at(lengths[lo]) if lo >= 0 else None
-        if hi == len(lengths):
-            reason = f"search stopped at the limit of {limit} tokens"
-        elif at(lengths[hi])["status"] != "ok":
-            reason = at(lengths[hi])["reason"]
+    def accepts(self, n: int) -> bool:
+        if n not in self._accepts:
+            self._accepts[n] = shape_problem(self.point(n)) is None
+        return self._accepts[n]
+
+    def at(self, n: int) -> dict:
+        if n not in self.records:
+            self.records[n] = prediction_record(self.point(n))
+        return self.records[n]
+
+    def fits(self, n: int, budget: int) -> bool:
+        record = self.at(n)
+        return record["status"] == "ok" and record["predicted_peak_bytes"] <= budget
+
+    def accepted_near(self, n: int, lo: int, hi: int, step: int) -> Optional[int]:
+        """The accepted multiple of ``step`` nearest n, strictly between lo and hi."""
+        base = n - n % step
+        for k in range(SCAN):
+            for m in (base - k * step, base + (k + 1) * step):
+                if lo < m < hi and m > 0 and self.accepts(m):
+                    return m
+            if base - k * step <= lo and base + (k + 1) * step >= hi:
+                return None
+        return None
+
+    def monotone(self) -> tuple[bool, str]:
+        """Whether the peaks predicted so far grow with n; if not, the first pair that does not."""
+        known = sorted((n, r["predicted_peak_bytes"]) for n, r in self.records.items() if r["status"] == "ok")
+        for (n1, p1), (n2, p2) in zip(known, known[1:]):
+            if p2 < p1:
+                return False, (f"predicted peak is not monotone in n: {fmt_bytes(p1)} at {n1} tokens but "
+                               f"{fmt_bytes(p2)} at {n2}; the search assumed it is")
+        return True, ""
+
+
+def _longest_in_series(job) -> dict:
+    scenario, template, budget, start, limit, resolution = job
+    s = _Series(scenario, template)
+    powers = [start << i for i in range(64) if start << i <= limit]
+    # A variant may refuse some lengths (LSH needs two buckets): the search visits only those
+    # it accepts, or a refusal would read as "does not fit".
+    lengths = [n for n in powers if s.accepts(n)] or powers
+    lo, hi = -1, len(lengths)  # lengths[lo] fits (or none), lengths[hi] does not (or beyond)
+    while hi - lo > 1:
+        mid = _guess(s, lengths, lo, hi, budget)
+        lo, hi = (mid, hi) if s.fits(lengths[mid], budget) else (lo, mid)
+    best = lengths[lo] if lo >= 0 else None
+    above = lengths[hi] if hi < len(lengths) else None  # the shortest that does not fit, if any
+    if resolution is not None:
+        best, above = _finer(s, budget, best, above, limit, resolution)
+    monotone, note = s.monotone()
+    if above is None:
+        reason = f"search stopped at the limit of {limit} tokens"
+    elif s.at(above)["status"] != "ok":
+        reason = s.at(above)["reason"]
+    else:
+        reason = f"{above} tokens would need {fmt_bytes(s.at(above)['predicted_peak_bytes'])}"
+    row = dict(s.at(best)) if best else {**template.identity(), "seq_len": None, "predicted_peak_bytes": None}
+    return {**row, "budget_bytes": budget, "longest_fitting_seq_len": best, "limited_by": reason,
+            "resolution": resolution, "monotone": monotone, "monotone_note": note,
+            "lengths_predicted": len(s.records)}
+
+
+def _guess(s: _Series, lengths: list, lo: int, hi: int, budget: int) -> int:
+    """The next index to predict, strictly between lo and hi: where the peaks predicted so
+    far, a power law in n between neighbours (log-log), say the budget is crossed; the
+    middle when nothing is known. It only orders the predictions (every figure is
+    predicted), so it saves predictions when right and costs none of the answer's
+    exactness when wrong: the bracket (lo fits, hi does not) stays a binary search's."""
+    known = sorted((math.log(n), math.log(r["predicted_peak_bytes"])) for n, r in s.records.items()
+                   if r["status"] == "ok" and r["predicted_peak_bytes"] and n in lengths)
+    if not known:
+        return (lo + hi) // 2
+    target = math.log(budget)
+    below = [k for k in known if k[1] <= target]
+    above = [k for k in known if k[1] > target]
+    if below and above:
+        (x0, y0), (x1, y1) = below[-1], above[0]
+    elif len(known) >= 2:  # one side only: the slope of the two nearest the budget
+        (x0, y0), (x1, y1) = (known[-2], known[-1]) if below else (known[0], known[1])
+    else:  # one prediction: the variant's own exponent (memory ~ n^e), at least linear
+        e = max(1.0, float(getattr(s.template.spec.cls, "complexity", (1.0,))[0]))
+        (x0, y0), (x1, y1) = known[0], (known[0][0] + 1.0, known[0][1] + (e if above else 1.0))
+    slope = (y1 - y0) / (x1 - x0) if x1 != x0 else 0.0
+    if slope <= 0:
+        return (lo + hi) // 2
+    crossing = math.exp(x0 + (target - y0) / slope)
+    index = max((i for i, n in enumerate(lengths) if n <= crossing), default=lo)
+    return min(max(index, lo + 1), hi - 1)
+
+
+def _finer(s: _Series, budget: int, best: Optional[int], above: Optional[int], limit: int,
+           step: int) -> tuple[Optional[int], Optional[int]]:
+    """Within the power-of-two bracket (best fits, above does not), the longest accepted
+    multiple of ``step`` that fits, and the next accepted multiple above it."""
+    top = above if above is not None else limit + 1
+    lo = s.accepted_near(best, 0, best + 1, step) if best else None  # the longest multiple <= best
+    lo_n = lo or 0
+    hi = top
+    while True:
+        mid = s.accepted_near((lo_n + hi) // 2, lo_n, hi, step)
+        if mid is None:
+            break
+        if s.fits(mid, budget):
+            lo_n = mid
         else:
-            reason = f"{lengths[hi]} tokens would need {fmt_bytes(at(lengths[hi])['predicted_peak_bytes'])}"
-        row = dict(best) if best else {**template.identity(), "seq_len": None, "predicted_peak_bytes": None}
-        rows.append({**row, "budget_bytes": budget_bytes, "longest_fitting_seq_len": best and best["seq_len"],
-                     "limited_by": reason})
-    return rows
+            hi = mid
+    if lo_n and not s.fits(lo_n, budget):  # the multiple below a fitting power did not fit: not monotone
+        lo_n = 0
+    return (lo_n or None), (hi if hi <= limit else None)
 
 
 def format_table(rows: list[dict], budget_bytes: int | None = None) -> str:
@@ -114,8 +248,15 @@ def format_table(rows: list[dict], budget_bytes: int | None = None) -> str:
         text.append("largest tensors live at the peak:")
         text += [f"  {fmt_bytes(t['bytes']):>11}  {t['category']:<11} {t['op']} {t['dtype']} {t['shape']}"
                  for t in rows[0]["largest_at_peak"]]
+    # how a point was measured, where that needs saying (interleaved layer kinds at scope attention)
+    notes = dict.fromkeys((r["variant"], r["reason"]) for r in rows if r.get("status") == "ok" and r.get("reason"))
+    text += [f"note: {variant}: {note}" for variant, note in notes]
     if budget_bytes is not None:
-        title = f"longest power-of-two length whose predicted peak fits in {fmt_bytes(budget_bytes)}"
+        steps = {r.get("resolution") for r in rows}
+        step = steps.pop() if len(steps) == 1 else None
+        what = f"longest length (a multiple of {step} tokens)" if step else "longest power-of-two length"
+        title = f"{what} whose predicted peak fits in {fmt_bytes(budget_bytes)}"
+        text += [f"note: {r['variant']} {r['mode']}: {r['monotone_note']}" for r in rows if r.get("monotone_note")]
     return "\n".join([title, *text])
 
 
@@ -129,13 +270,7 @@ def capacity_predictions(scenario: Scenario, budgets_gib, start: int = 16,
     Series run in parallel over the CPU's cores.
     """
     templates = [points[0] for points in series(scenario)]
-    jobs = [(scenario, t, tuple(budgets_gib), start, limit) for t in templates]
-    workers = min(len(jobs), os.cpu_count() or 1)
-    if workers < 2:
-        results = [_series_capacity(job) for job in jobs]
-    else:
-        with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("fork")) as pool:
-            results = list(pool.map(_series_capacity, jobs))
+    results = spread(_series_capacity, [(scenario, t, tuple(budgets_gib), start, limit) for t in templates])
     return {key: value for part in results for key, value in part.items()}
 
 

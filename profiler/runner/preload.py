@@ -15,7 +15,7 @@ worker without it. Here the chain is explicit and short-lived:
   with the helper; when the sweep's socket closes, the helper kills its worker and exits;
 - protocol on a SOCK_SEQPACKET socket, one pickled message per packet, from our own
   parent only: ``("init", sys_path)`` -> ``("ready", pid)``; ``("run", point,
-  settings)`` + the result pipe's fd -> ``("exited", exit_code)``; ``("kill",)``
+  settings)`` + the result pipe's fd -> ``("exited", exit_code, worker_pid)``; ``("kill",)``
   kills the running worker.
 """
 
@@ -69,7 +69,7 @@ def serve(ctl: socket.socket) -> None:
         if code is None:
             return
         try:
-            ctl.send(pickle.dumps(("exited", code)))
+            ctl.send(pickle.dumps(("exited", code, pid)))
         except OSError:
             return
 

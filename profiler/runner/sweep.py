@@ -8,6 +8,13 @@ every finished point, and ``--resume`` completes the rest. One sweep writes a ru
 folder at a time (a lock), and a folder from outside is checked, never trusted:
 invalid lines are reported and skipped, a torn last line is cut off, and nothing
 named in it is ever imported; only the scenario given now decides what runs.
+
+Where the points run is the executor's business (``executors``: this machine, one
+point at a time or one per GPU; or a Ray cluster); what runs, in which order, and every
+record written stay here, in this process. A series (one variant x mode, lengths
+ascending) has at most one point in flight: its next length starts once the previous
+one is recorded, so an OOM or a timeout still skips the longer lengths; parallelism
+comes from running several series at once, the first ones of the plan first.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import errno
 import math
 import os
 import signal
+import socket
 import sys
 import time
 from contextlib import contextmanager
@@ -24,6 +32,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from attnprof.profiler.measure.accounting import predict
+from attnprof.profiler.runner.executors import EXECUTORS, Executor, make_executor
 from attnprof.profiler.runner.interrupts import Interrupted, Interrupts
 from attnprof.profiler.runner.isolation import PointRunner
 from attnprof.profiler.runner.manifest import check_resumable, write_manifest
@@ -40,18 +49,25 @@ SLOPE_RANGE = (1.0, 2.5)  # time exponents we allow when extrapolating a series
 MAX_PROBLEM_LINES = 5  # invalid lines of results.jsonl named one by one on resume; the rest as a count
 _DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG, errno.EROFS}
 
-__all__ = ["SweepError", "StorageError", "SweepSettings", "SweepSummary", "PointRunner", "run_sweep"]
+__all__ = ["SweepError", "StorageError", "SweepSettings", "SweepSummary", "PointRunner", "run_sweep", "run_by_gpu_type"]
 
 
 @dataclass
 class SweepSettings:
-    device: str = "cpu"  # resolved: cpu | cuda | cuda:N
-    device_name: str = ""
+    device: str = "cpu"  # resolved: cpu | cuda | cuda:N (executor ray: also auto, resolved on the cluster)
+    device_name: str = ""  # the device's name for its records (on a cluster each worker names its own)
     mem_limit_bytes: Optional[int] = None
     warmup: int = 1
     repeats: int = 3
     point_timeout_s: float = 300.0
     threads: Optional[int] = None
+    # --- where the points run (executors/) ---
+    executor: str = "local"  # local | ray
+    parallel: Optional[int] = None  # local: points at once; None = one per visible GPU on cuda, 1 on cpu
+    mem_limit_from_device: bool = False  # no --mem-limit given: each point's limit is its own device's memory
+    ray_address: Optional[str] = None  # None: RAY_ADDRESS, a running local cluster, else a new local one
+    ray_cpus_per_point: float = 1.0
+    gpu_type: str = ""  # ray: run only on GPUs of this accelerator type (e.g. "H100")
     test_hook: str = field(default_factory=lambda: os.environ.get("ATTNPROF_TEST_HOOK", ""))
 
     def __post_init__(self):
@@ -65,6 +81,19 @@ class SweepSettings:
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise SweepError(f"{name} must be an integer >= {low}, got {value!r}")
+        if self.executor not in EXECUTORS:
+            raise SweepError(f"unknown executor {self.executor!r}; choose {' or '.join(EXECUTORS)}")
+        if self.parallel is not None and (isinstance(self.parallel, bool) or not isinstance(self.parallel, int)
+                                          or self.parallel < 1):
+            raise SweepError(f"--parallel must be a positive number of points, got {self.parallel!r}")
+        c = self.ray_cpus_per_point
+        if isinstance(c, bool) or not isinstance(c, (int, float)) or not math.isfinite(c) or c <= 0:
+            raise SweepError(f"--ray-cpus-per-point must be a positive number, got {c!r}")
+        if self.executor != "ray" and (self.ray_address or self.gpu_type):
+            raise SweepError("--ray-address and --gpu-types need --executor ray")
+        if self.executor == "ray" and self.parallel is not None:
+            raise SweepError("--parallel is for --executor local; on Ray every free GPU (or --ray-cpus-per-point "
+                             "CPUs) of the cluster runs a point")
 
     def for_child(self) -> dict:
         return dict(self.__dict__)
@@ -86,9 +115,14 @@ def extrapolate_s(done: list[tuple[int, float]], seq_len: int) -> Optional[float
     return t1 * (seq_len / n1) ** slope
 
 
-def _skipped(point: Point, settings: SweepSettings, reason: str, status: str = "skipped") -> PointRecord:
+def _skipped(point: Point, settings: SweepSettings, reason: str, status: str = "skipped", **where) -> PointRecord:
+    """A record the sweep writes itself (a point not run, or one whose worker left none),
+    with the prediction; ``where``: host, worker_pid, device_name where known."""
     record = PointRecord(**point.identity(), status=status, reason=reason, device=settings.device,
-                         device_name=settings.device_name)
+                         device_name=settings.device_name, host=socket.gethostname())
+    for name, value in where.items():
+        if value not in (None, "") and hasattr(record, name):
+            setattr(record, name, value)
     if not shape_problem(point):
         try:
             acc = predict(point)
@@ -138,64 +172,108 @@ def run_sweep(scenario: Scenario, out_dir: Path, settings: SweepSettings, *, res
     started = time.perf_counter()
     progress: Optional[Progress] = None
     with Interrupts() as interrupts, _locked(out_dir):
-        runner = PointRunner(interrupts)
+        executor = make_executor(settings, interrupts, warn=print_stderr)
         try:
             interrupts.check()
-            done = _prepare(out_dir, scenario, settings, resume)
+            done = _prepare(out_dir, scenario, settings, resume, executor)
             summary.kept = sum(1 for s in plan for p in s if p.key() in done)
             progress = Progress(total, enabled=show_progress, already=summary.kept)
-            for points in plan:
-                _run_series(points, done, settings, runner, interrupts, progress, summary, on_record)
+            _run_plan(plan, done, settings, executor, interrupts, progress, summary, on_record)
         except Interrupted as exc:
             summary.interrupted, summary.interrupted_by = True, exc.signum
         except KeyboardInterrupt:  # raised by code (on_record), or outside the main thread
             summary.interrupted, summary.interrupted_by = True, int(signal.SIGINT)
         finally:
-            runner.close()
+            executor.close()  # every point still in flight is stopped, its process gone
             summary.wall_s = time.perf_counter() - started
             if progress is not None:
                 progress.close()
     return summary
 
 
-def _run_series(points: list[Point], done: dict, settings: SweepSettings, runner: PointRunner,
-                interrupts: Interrupts, progress: Progress, summary: SweepSummary,
-                on_record: Optional[Callable[[dict], None]]) -> None:
-    """One variant x mode, lengths ascending: after an OOM or a timeout, longer lengths are skipped."""
-    out_dir = summary.out_dir
-    stopped_at: Optional[str] = None  # "OOM at n=..." once a series cannot go longer
-    timings: list[tuple[int, float]] = []
-    for point in points:
-        n = point.shape.seq_len
-        if point.key() in done:
-            rec = done[point.key()]
-            stopped_at = stopped_at or _stop_reason(rec)
-            if rec.get("status") == "ok" and rec.get("point_wall_s"):
-                timings.append((n, rec["point_wall_s"]))
-            continue
-        interrupts.check()
-        progress.start(point)
-        problem = shape_problem(point)
-        estimate = extrapolate_s(timings, n)
-        if problem:
-            record = _skipped(point, settings, problem).to_row()
-        elif stopped_at:
-            record = _skipped(point, settings, f"not run: {stopped_at} in this series").to_row()
-        elif estimate is not None and estimate > settings.point_timeout_s:
-            record = _skipped(point, settings, f"extrapolated {estimate:.0f} s from this series exceeds "
-                                               f"--point-timeout {settings.point_timeout_s:g} s").to_row()
-        else:
-            record = runner.run(point, settings)
-            if "variant" not in record:  # timeout / crash: build the record here
-                record = _skipped(point, settings, record["reason"], record["status"]).to_row()
-        append_record(out_dir, PointRecord.from_dict(record))
+@dataclass
+class _Series:
+    """One variant x mode, lengths ascending, as it is worked through: at most one point in
+    flight, and after an OOM or a timeout the longer lengths are skipped."""
+
+    points: list
+    next: int = 0  # index of the first point not yet recorded or started
+    running: bool = False
+    stopped_at: Optional[str] = None  # "out of memory at n=..." once the series cannot go longer
+    timings: list = field(default_factory=list)  # (n, point_wall_s) of its ok points
+
+    def learn(self, record: dict) -> None:
+        self.stopped_at = self.stopped_at or _stop_reason(record)
+        if record.get("status") == "ok" and record.get("point_wall_s"):
+            self.timings.append((record["seq_len"], record["point_wall_s"]))
+
+
+def _run_plan(plan: list[list[Point]], done: dict, settings: SweepSettings, executor: Executor,
+              interrupts: Interrupts, progress: Progress, summary: SweepSummary,
+              on_record: Optional[Callable[[dict], None]]) -> None:
+    """Keep the executor's slots busy with the plan's series, first series first, one
+    point per series at a time; write each record as it comes (this process alone writes)."""
+    lanes = [_Series(points) for points in plan]
+    lane_of: dict[tuple, _Series] = {}
+    child = settings.for_child()
+
+    def write(point: Point, record: dict, lane: _Series) -> None:
+        append_record(summary.out_dir, PointRecord.from_dict(record))
         summary.records.append(record)
         if on_record:
             on_record(record)
         progress.finish(point, record)
-        stopped_at = stopped_at or _stop_reason(record)
-        if record["status"] == "ok" and record.get("point_wall_s"):
-            timings.append((n, record["point_wall_s"]))
+        lane.learn(record)
+
+    while True:
+        for lane in lanes:
+            if executor.busy() >= executor.slots:
+                break
+            if lane.running:
+                continue
+            point = _next_to_run(lane, done, settings, interrupts, progress, write)
+            if point is not None:
+                executor.submit(point, child)
+                lane.running, lane_of[point.key()] = True, lane
+        if not executor.busy():
+            return  # every series is through: nothing runs, nothing is left to start
+        finished_now = executor.wait()
+        settings.device_name = executor.default_device_name()  # a cluster's tasks name their devices as they start
+        for finished in finished_now:
+            point, result = finished.point, finished.result
+            lane = lane_of.pop(point.key())
+            lane.running = False
+            if "variant" not in result:  # timeout / crash: build the record here
+                where = {k: result.get(k) for k in ("host", "worker_pid", "device_name")}
+                result = _skipped(point, settings, result["reason"], result["status"], **where).to_row()
+            write(point, result, lane)
+
+
+def _next_to_run(lane: _Series, done: dict, settings: SweepSettings, interrupts: Interrupts, progress: Progress,
+                 write: Callable) -> Optional[Point]:
+    """Walk the series to its next point to measure, writing on the way the records that
+    need no worker (kept from before, shape problems, lengths past an OOM or a timeout)."""
+    while lane.next < len(lane.points):
+        point = lane.points[lane.next]
+        lane.next += 1
+        n = point.shape.seq_len
+        if point.key() in done:
+            lane.learn(done[point.key()])
+            continue
+        interrupts.check()
+        progress.start(point)
+        problem = shape_problem(point)
+        estimate = extrapolate_s(lane.timings, n)
+        if problem:
+            write(point, _skipped(point, settings, problem).to_row(), lane)
+        elif lane.stopped_at:
+            write(point, _skipped(point, settings, f"not run: {lane.stopped_at} in this series").to_row(), lane)
+        elif estimate is not None and estimate > settings.point_timeout_s:
+            write(point, _skipped(point, settings, f"extrapolated {estimate:.0f} s from this series exceeds "
+                                                   f"--point-timeout {settings.point_timeout_s:g} s").to_row(), lane)
+        else:
+            return point
+    return None
 
 
 @contextmanager
@@ -215,8 +293,9 @@ def _locked(out_dir: Path):
         release_lock(fd)
 
 
-def _prepare(out_dir: Path, scenario: Scenario, settings: SweepSettings, resume: bool) -> dict:
-    """Check, repair and read what the folder holds; write the manifest. -> {key: record} done."""
+def _prepare(out_dir: Path, scenario: Scenario, settings: SweepSettings, resume: bool, executor: Executor) -> dict:
+    """Check, repair and read what the folder holds; start the executor (connect to the
+    cluster); write the manifest with the nodes and devices. -> {key: record} done."""
     if not resume and results_size(out_dir):
         raise SweepError(f"{out_dir} already holds results; pass --resume to complete it, or choose another --out")
     existing: list[dict] = []
@@ -230,11 +309,14 @@ def _prepare(out_dir: Path, scenario: Scenario, settings: SweepSettings, resume:
         if len(problems) > MAX_PROBLEM_LINES:
             print_stderr(f"warning: {len(problems) - MAX_PROBLEM_LINES} more invalid line(s) in "
                          f"{out_dir / RESULTS_FILE}; ignored")
+    executor.open()  # resolves the device on a cluster (auto: its GPUs, if it has any)
+    if resume:
         check_resumable(out_dir, scenario, settings.device, existing, warn=print_stderr)
     try:
-        write_manifest(out_dir, scenario, settings)
+        write_manifest(out_dir, scenario, settings, cluster=executor.describe())
     except OSError as exc:
         raise _folder_error(out_dir, exc) from None
+    settings.device_name = executor.default_device_name()  # of the records this process writes
     return {key_of_record(r): r for r in existing}
 
 
@@ -277,3 +359,59 @@ def describe_limit(limit: Optional[int]) -> str:
 
 def print_stderr(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
+
+
+GPU_TYPES_FILE = "gpu-types.json"
+
+
+def run_by_gpu_type(scenario: Scenario, out_dir: Path, settings: SweepSettings, gpu_types: list[str], *,
+                    resume: bool = False, show_progress: bool = True,
+                    on_record: Optional[Callable[[dict], None]] = None) -> tuple[SweepSummary, list[Path]]:
+    """``--gpu-types``: the same sweep once per GPU type of the Ray cluster (``all``: every
+    type present), each an ordinary run folder ``OUT/<TYPE>/`` whose records name their
+    device; ``OUT/gpu-types.json`` lists them. One type after the other, each on every GPU
+    of its type; a type that was interrupted stops the rest (``--resume`` completes them).
+    -> (the summaries added up, the run folders)."""
+    import json
+    from dataclasses import replace
+
+    from attnprof.profiler.runner.executors.ray_cluster import RaySession, gpu_types_of
+
+    if settings.executor != "ray":
+        raise SweepError("--gpu-types needs --executor ray")
+    if settings.device not in ("auto", "cuda"):
+        raise SweepError(f"--gpu-types runs on GPUs: use --device cuda, not {settings.device}")
+    out_dir = Path(out_dir)
+    session = RaySession.connect(settings.ray_address)
+    total = SweepSummary(out_dir)
+    folders: list[Path] = []
+    try:
+        present = gpu_types_of(session.nodes())
+        wanted = sorted(present) if [t.lower() for t in gpu_types] == ["all"] else list(dict.fromkeys(gpu_types))
+        missing = [t for t in wanted if t not in present]
+        if missing or not wanted:
+            raise SweepError(f"the Ray cluster has no GPU of type {', '.join(missing) or 'any'}; it has "
+                             f"{', '.join(f'{t} x{c}' for t, c in sorted(present.items())) or 'none'}")
+        folders = [out_dir / _folder_name(t) for t in wanted]
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / GPU_TYPES_FILE).write_text(json.dumps(
+            {"gpu_types": {t: f.name for t, f in zip(wanted, folders)}, "gpus": present}, indent=1), encoding="utf-8")
+        for gpu_type, folder in zip(wanted, folders):
+            part = run_sweep(scenario, folder, replace(settings, device="cuda", gpu_type=gpu_type, device_name=""),
+                             resume=resume, show_progress=show_progress,
+                             on_record=on_record)
+            total.records += part.records
+            total.kept += part.kept
+            total.wall_s += part.wall_s
+            if part.interrupted:
+                total.interrupted, total.interrupted_by = True, part.interrupted_by
+                break
+    finally:
+        session.close()
+    return total, folders
+
+
+def _folder_name(gpu_type: str) -> str:
+    """A GPU type as a folder name: 'A100-80G' stays, anything odd becomes '_'."""
+    name = "".join(c if c.isalnum() or c in "-_." else "_" for c in gpu_type).strip(".")
+    return name or "gpu"

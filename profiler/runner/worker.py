@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -26,7 +27,7 @@ from attnprof.profiler.measure.accounting import account, predict
 from attnprof.profiler.records import Point, PointRecord
 from attnprof.profiler.runner.lifeline import die_with_parent
 from attnprof.profiler.units import fmt_bytes
-from attnprof.profiler.measure.workload import Workload
+from attnprof.profiler.measure.workload import Workload, scope_note
 
 
 class RssSampler:
@@ -71,7 +72,33 @@ def one_line(exc: BaseException) -> str:
 
 
 def _base_record(point: Point, device: str, device_name: str) -> PointRecord:
-    return PointRecord(**point.identity(), device=device, device_name=device_name)
+    return PointRecord(**point.identity(), device=device, device_name=device_name, host=socket.gethostname(),
+                       worker_pid=os.getpid())
+
+
+def local_device_name(device: str) -> str:
+    """The name of the device this process measures on: the GPU's (NVML first: no CUDA
+    context just to ask), or the CPU model. For a worker on a node the sweep cannot see."""
+    from attnprof.profiler.measure.gpu import device_environment
+
+    env = device_environment(device)
+    if str(device).startswith("cuda"):
+        return env.get("device_name") or ""
+    return env.get("cpu") or "cpu"
+
+
+def memory_limit(settings: dict) -> int | None:
+    """--mem-limit, or without it (``mem_limit_from_device``) this device's own memory."""
+    limit = settings.get("mem_limit_bytes")
+    if limit is None and settings.get("mem_limit_from_device"):
+        from attnprof.profiler.measure.gpu import default_memory_limit_bytes
+
+        limit = default_memory_limit_bytes(settings["device"])
+    return limit
+
+
+def _add_reason(record: PointRecord, text: str) -> None:
+    record.reason = f"{record.reason}; {text}" if record.reason else text
 
 
 def measure_point(point: Point, settings: dict) -> PointRecord:
@@ -81,14 +108,16 @@ def measure_point(point: Point, settings: dict) -> PointRecord:
     started = time.perf_counter()
     torch.set_num_threads(settings.get("threads") or torch.get_num_threads())
     try:
+        record.reason = scope_note(point)  # how the point was measured, when it needs saying
         pred = predict(point)
         record.predicted_peak_bytes = pred.peak_bytes
         record.predicted_breakdown_bytes = pred.breakdown_bytes
         record.flops_fwd, record.flops_bwd = pred.flops_fwd, pred.flops_bwd
-        limit = settings.get("mem_limit_bytes")
+        limit = memory_limit(settings)
         if limit and pred.peak_bytes > limit:
             record.status = "skipped"
-            record.reason = f"predicted peak {fmt_bytes(pred.peak_bytes)} exceeds the memory limit {fmt_bytes(limit)}"
+            _add_reason(record, f"predicted peak {fmt_bytes(pred.peak_bytes)} exceeds the memory limit "
+                                f"{fmt_bytes(limit)}")
             return record
         if settings.get("test_hook"):  # tests only: simulate a crash, hang or OOM inside a point
             _test_hook(settings["test_hook"], point)
@@ -116,8 +145,8 @@ def _cpu_memory_pass(point: Point, record: PointRecord) -> None:
     record.measured_peak_bytes, record.measured_by = measured.peak_bytes, "tensor-tracker"
     record.rss_peak_bytes, record.rss_baseline_bytes = rss.peak_bytes, rss.baseline_bytes
     if measured.peak_bytes != record.predicted_peak_bytes:
-        record.reason = (f"measured {measured.peak_bytes} B differs from predicted {record.predicted_peak_bytes} B: "
-                         "the real run executed different ops than the fake one")
+        _add_reason(record, f"measured {measured.peak_bytes} B differs from predicted {record.predicted_peak_bytes} B: "
+                    "the real run executed different ops than the fake one")
 
 
 def _cuda_memory_pass(point: Point, record: PointRecord, device: str) -> None:
@@ -146,8 +175,7 @@ def _timing_pass(point: Point, record: PointRecord, settings: dict, memory_pass_
     warmup, repeats = settings.get("warmup", 1), settings.get("repeats", 3)
     if device == "cpu" and memory_pass_s >= WARM_AFTER_S and warmup:
         warmup = 0
-        record.reason = (record.reason + "; " if record.reason else "") + \
-            f"no extra warm-up: the {memory_pass_s:.1f} s memory pass ran the same ops first"
+        _add_reason(record, f"no extra warm-up: the {memory_pass_s:.1f} s memory pass ran the same ops first")
     backward = None if point.forward_only else (lambda loss: (work.backward(loss), work.zero_grad()))
     if device == "cpu":
         fwd, bwd = cpu_time(work.forward, backward, warmup, repeats)
@@ -199,10 +227,16 @@ def run_child(result_fd: int, point: Point, settings: dict, helper_pid: int) -> 
 
 
 def _test_hook(hook: str, point: Point) -> None:
-    target, _, action = hook.partition("=")
-    if target not in (point.variant, f"{point.variant}@{point.shape.seq_len}"):
-        return
-    if action == "sigkill":
+    """``TARGET=ACTION`` (several: separated by ';'); TARGET a variant or VARIANT@LENGTH,
+    ACTION sigkill | segfault | hang | oom."""
+    for one in hook.split(";"):
+        target, _, action = one.strip().partition("=")
+        if target in (point.variant, f"{point.variant}@{point.shape.seq_len}"):
+            _test_action(action)
+
+
+def _test_action(action: str) -> None:
+    if action in ("sigkill", "kill"):
         os.kill(os.getpid(), 9)
     elif action == "segfault":
         import ctypes

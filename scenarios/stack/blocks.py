@@ -5,8 +5,11 @@
   ``torch.utils.checkpoint`` with ``use_reentrant=False`` (RNG state is preserved).
 - ``reversible``: RevNet coupling, activations independent of depth (Kitaev et al. 2020, §3).
 
-There is no embedding: x [batch, seq, d_model] comes in with requires_grad, and the
-loss is a scalar of the output.
+There is no embedding and no output head: x [batch, seq, d_model] comes in with
+requires_grad, and the profiled backward starts from a fixed random upstream gradient
+of the output (``profiler/measure/workload.py``), i.e. the loss (out * proj).sum() with a
+seeded [batch, seq, d_model] projection. (A plain out.sum() would be degenerate: after
+the final LayerNorm at default weights its input gradient is zero by construction.)
 """
 
 from __future__ import annotations
@@ -81,9 +84,3 @@ class Stack(nn.Module):
                 else:
                     x = block(x)
         return self.norm(x)
-
-
-def loss_of(out: torch.Tensor) -> torch.Tensor:
-    """The scalar whose backward is profiled: a sum, so d(loss)/d(out) is a broadcast
-    scalar and costs no n-sized buffer of its own."""
-    return out.sum()

@@ -37,8 +37,13 @@ class ReplayRNG:
 
 
 class _ReversibleStack(torch.autograd.Function):
+    """The blocks' parameters are inputs of the Function, after x1, x2 and the blocks:
+    its output then needs a gradient whenever they do, even when x does not (a frozen
+    embedding, a plain input batch), and backward returns their gradients, so
+    ``torch.autograd.grad`` sees them as well as ``.backward()``."""
+
     @staticmethod
-    def forward(ctx, x1, x2, blocks):
+    def forward(ctx, x1, x2, blocks, *params):
         ctx.blocks = blocks
         ctx.rng = []
         with torch.no_grad():
@@ -54,27 +59,39 @@ class _ReversibleStack(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy1, dy2):
         y1, y2 = ctx.saved_tensors
+        grads = {}  # id(parameter) -> its gradient
         for block, (f_rng, g_rng) in zip(reversed(ctx.blocks), reversed(ctx.rng)):
             with torch.enable_grad():
                 y1 = y1.detach().requires_grad_()
                 with g_rng.replay():
                     g_y1 = block.g(y1)
-                torch.autograd.backward(g_y1, dy2)  # params of G get their grads here
+                dx1 = _grad(g_y1, y1, block.g, dy2, grads)
             with torch.no_grad():
                 x2 = y2 - g_y1
-                dx1 = dy1 + y1.grad
+                dx1 = dy1 + dx1
                 del g_y1, y2
             with torch.enable_grad():
                 x2 = x2.detach().requires_grad_()
                 with f_rng.replay():
                     f_x2 = block.f(x2)
-                torch.autograd.backward(f_x2, dx1)
+                dx2 = _grad(f_x2, x2, block.f, dx1, grads)
             with torch.no_grad():
                 x1 = y1 - f_x2
-                dx2 = dy2 + x2.grad
+                dx2 = dy2 + dx2
                 del f_x2
             y1, y2, dy1, dy2 = x1, x2.detach(), dx1, dx2
-        return dy1, dy2, None
+        params = [p for block in ctx.blocks for p in block.parameters()]
+        return (dy1, dy2, None, *(grads.pop(id(p), None) for p in params))
+
+
+def _grad(out, x, fn: nn.Module, dout, grads: dict):
+    """d<out, dout>/dx; the gradients of fn's parameters that need one go into ``grads``."""
+    params = [p for p in fn.parameters() if p.requires_grad]
+    found = torch.autograd.grad(out, [x, *params], dout, allow_unused=True)
+    for p, g in zip(params, found[1:]):
+        if g is not None:
+            grads[id(p)] = g if id(p) not in grads else grads[id(p)] + g
+    return found[0]
 
 
 def reversible_stack(x: torch.Tensor, blocks: nn.ModuleList, memory_saving: bool = True) -> torch.Tensor:
@@ -86,7 +103,7 @@ def reversible_stack(x: torch.Tensor, blocks: nn.ModuleList, memory_saving: bool
     reference the custom backward is tested against.
     """
     if memory_saving:
-        y1, y2 = _ReversibleStack.apply(x, x, list(blocks))  # each (B, n, d)
+        y1, y2 = _ReversibleStack.apply(x, x, list(blocks), *blocks.parameters())  # each (B, n, d)
     else:
         y1, y2 = x, x
         for block in blocks:

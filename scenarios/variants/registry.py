@@ -185,10 +185,13 @@ def _load_entry_point(ep: EntryPoint, load: bool = True) -> Type[Attention]:
 
 # --- lookup --------------------------------------------------------------------------------------
 def variant_names() -> list[str]:
-    """Registered names, built-ins first, in registration order; then the installed
-    entry-point plug-ins, by name only (their code is not imported here)."""
+    """Registered names, built-ins first, in the order ``_load_builtins`` registers them
+    (module files sorted, then order in the file) even when a module was imported first
+    by hand; then the installed entry-point plug-ins, by name only (their code is not
+    imported here)."""
     _load_builtins()
-    names = list(_REGISTRY)
+    rank = {f"{__package__}.{m}": i for i, m in enumerate(builtin_modules())}
+    names = sorted(_REGISTRY, key=lambda name: rank.get(_REGISTRY[name].__module__, len(rank)))  # stable
     names += [name for name in _entry_points() if name not in names]
     return names
 
@@ -239,6 +242,12 @@ class VariantSpec:
     def check_shape(self, seq_len: int, heads: int, head_dim: int) -> None:
         cls = self.cls
         cls.check_shape(cls.resolve_options(self.options), seq_len, heads, head_dim)
+
+    def layer_period(self) -> int:
+        """After how many blocks its layers repeat (``Attention.layer_period``): 2 for an
+        interleaved Sparse Transformer, 1 for every other built-in."""
+        cls = self.cls
+        return cls.layer_period(cls.resolve_options(self.options))
 
 
 def _fmt(value) -> str:

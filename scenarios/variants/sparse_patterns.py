@@ -40,9 +40,22 @@ def fixed_a1(i, j, l: int, c: int, causal: bool):
     return same & (j <= i) if causal else same
 
 
-def fixed_a2(i, j, l: int, c: int, causal: bool):
-    """A²: j mod l ∈ {l−c, …, l−1} (and j ≤ i when causal)."""
-    summary = j % l >= l - c
+def summary_start(l: int, c: int, group=0):
+    """First offset in a block of the summary sub-block of A²-head ``group``: l − c·(g mod ⌊l/c⌋ + 1).
+
+    Group 0 (every head by default) takes the last c positions l−c … l−1; with distinct
+    summaries (§4.2: "having them attend to distinct subblocks of length c within the block
+    of size l was preferable") group g takes the g-th sub-block counted from the block's
+    end, l−c·(g+1) … l−c·g−1, cycling after ⌊l/c⌋ heads. ``group`` may be an int tensor."""
+    return l - c * (group % (l // c) + 1)
+
+
+def fixed_a2(i, j, l: int, c: int, causal: bool, group=0):
+    """A²: j mod l ∈ {s, …, s+c−1}, s = summary_start(l, c, group), l−c for group 0
+    (and j ≤ i when causal)."""
+    start = summary_start(l, c, group)
+    offset = j % l
+    summary = (offset >= start) & (offset < start + c)
     return summary & (j <= i) if causal else summary
 
 
@@ -52,7 +65,7 @@ def strided_sets(i: int, n: int, l: int, causal: bool = True) -> tuple[set[int],
             {j for j in range(n) if strided_a2(i, j, l, causal)})
 
 
-def fixed_sets(i: int, n: int, l: int, c: int, causal: bool = True) -> tuple[set[int], set[int]]:
-    """(A¹(i), A²(i)) of fixed attention over keys 0..n−1."""
+def fixed_sets(i: int, n: int, l: int, c: int, causal: bool = True, group: int = 0) -> tuple[set[int], set[int]]:
+    """(A¹(i), A²(i)) of fixed attention over keys 0..n−1; A² of the A²-head ``group``."""
     return ({j for j in range(n) if fixed_a1(i, j, l, c, causal)},
-            {j for j in range(n) if fixed_a2(i, j, l, c, causal)})
+            {j for j in range(n) if fixed_a2(i, j, l, c, causal, group)})

@@ -6,7 +6,6 @@ Shazeer et al. 2020, "Talking-Heads Attention", arXiv 2003.02436, §4 (h_k = h =
 import torch
 from torch import nn
 
-from attnprof.scenarios.variants.base import causal_mask, mask_value
 from attnprof.scenarios.variants.full import FullAttention
 from attnprof.scenarios.variants.registry import register_variant
 
@@ -27,9 +26,6 @@ class TalkingHeadsAttention(FullAttention):
     def core(self, q, k, v):
         logits = torch.einsum("bhid,bhjd->bhij", q * self.scale, k)  # (B, h, n, n)
         logits = torch.einsum("bhij,hg->bgij", logits, self.pre_mix.to(logits.dtype))  # (B, h, n, n)
-        if self.causal:
-            n = q.shape[-2]
-            logits.masked_fill_(causal_mask(n, n, q.device), mask_value(logits.dtype))
-        weights = logits.softmax(dim=-1)  # (B, h, n, n)
+        weights = self.masked(logits).softmax(dim=-1)  # (B, h, n, n); masked out of place (see masked)
         weights = torch.einsum("bhij,hg->bgij", weights, self.post_mix.to(weights.dtype))  # (B, h, n, n)
         return torch.einsum("bhij,bhjd->bhid", weights, v)  # (B, h, n, dh)

@@ -69,10 +69,117 @@ def test_attention_memory_slope_matches_the_algorithm(variant, expected):
 @pytest.mark.parametrize("variant", ["full", "sdpa", "talking_heads", "lsh", "sparse_strided",
                                      "sparse_fixed[combine=interleaved,summary=4]"])
 @pytest.mark.parametrize("mode", ["plain", "checkpoint", "reversible"])
-def test_depth_extrapolation_equals_running_every_layer(variant, mode):
-    layers = 20 if "interleaved" in variant else 10  # deep enough that the predictor extrapolates
+def test_depth_composition_equals_running_every_layer(variant, mode):
+    """The fast path (three periods traced, the depth composed) against ``exact=True``,
+    which runs ``account`` itself: every layer, the tracker and FlopCounter as separate
+    modes (tests/profiler/measure/test_compose.py covers depths, dtypes, options)."""
+    layers = 20 if "interleaved" in variant else 10  # deep enough that the predictor composes
     point = Point(variant, mode, "model", Shape(batch=1, seq_len=256, d_model=32, heads=4, layers=layers))
     fast, exact = predict(point), predict(point, exact=True)
-    assert fast.method.startswith("extrapolated") and exact.method == "exact"
-    assert (fast.peak_bytes, fast.breakdown_bytes, fast.flops_fwd, fast.flops_bwd) == \
-           (exact.peak_bytes, exact.breakdown_bytes, exact.flops_fwd, exact.flops_bwd)
+    assert exact.method == "exact" and (fast.method.startswith("composed") or variant == "talking_heads")
+    assert (fast.peak_bytes, fast.breakdown_bytes, fast.largest_at_peak, fast.flops_fwd, fast.flops_bwd) == \
+           (exact.peak_bytes, exact.breakdown_bytes, exact.largest_at_peak, exact.flops_fwd, exact.flops_bwd)
+
+
+# --- many predictions: in this process or spread over forked workers ----------------------------
+def _square(x):
+    return x * x
+
+
+def _pid_of(_):
+    import os
+
+    return os.getpid()
+
+
+def test_spread_keeps_the_order_and_uses_workers_only_for_enough_tasks():
+    import os
+
+    from attnprof.profiler.runner.predict import SPREAD_FROM, spread
+
+    assert spread(_square, list(range(20)), workers=2) == [x * x for x in range(20)]
+    assert set(spread(_pid_of, list(range(SPREAD_FROM - 1)), workers=2)) == {os.getpid()}  # few: no fork
+    assert spread(_square, [], workers=2) == []
+
+
+def test_predicting_many_points_in_parallel_equals_one_by_one():
+    from attnprof.profiler.runner.predict import prediction_record, spread
+
+    points = [Point(v, m, "model", Shape(batch=1, seq_len=128, d_model=32, heads=4, layers=2))
+              for v in ("sdpa", "full") for m in ("plain", "checkpoint", "reversible")]
+    parallel = spread(prediction_record, points, workers=2)
+    serial = [prediction_record(p) for p in points]
+    keys = ("variant", "mode", "predicted_peak_bytes", "predicted_breakdown_bytes", "flops")
+    assert [{k: r[k] for k in keys} for r in parallel] == [{k: r[k] for k in keys} for r in serial]
+
+
+# --- the budget at a finer resolution -----------------------------------------------------------
+def _budget_scenario(variant):
+    from attnprof.scenarios.scenario import Scenario
+
+    return Scenario(name="res", variants=(variant,), scope="attention", seq_lens=(256,), d_model=64, heads=4,
+                    layers=1)
+
+
+@pytest.mark.parametrize("variant, resolution, budget_mib", [("sdpa", 96, 3), ("full", 100, 8),
+                                                              ("lsh[bucket_size=32]", 100, 48)])
+def test_resolution_finds_the_longest_accepted_multiple_that_fits(variant, resolution, budget_mib):
+    """Checked against direct predictions at every multiple of the resolution the variant
+    accepts, up to the first power of two that does not fit: the answer is the longest
+    that fits, found by exact predictions; LSH accepts only multiples of 2 x 32 = 64
+    (so of lcm(100, 64) = 1600 here)."""
+    from attnprof.profiler.runner.plan import shape_at, shape_problem
+    from attnprof.profiler.runner.predict import longest_fitting
+
+    sc = _budget_scenario(variant)
+    budget = budget_mib << 20
+    (row,) = longest_fitting(sc, budget, start=64, limit=1 << 14, resolution=resolution)
+    (power,) = longest_fitting(sc, budget, start=64, limit=1 << 14)
+    top = 2 * power["longest_fitting_seq_len"]
+    template = Point(variant, "none", "attention", shape_at(sc, 256))
+
+    def at(n):
+        return Point(template.variant, template.mode, template.scope, shape_at(sc, n))
+
+    accepted = [n for n in range(resolution, top, resolution) if shape_problem(at(n)) is None]
+    peaks = {n: predict(at(n), count_flops=False).peak_bytes for n in accepted}
+    fitting = [n for n in accepted if peaks[n] <= budget]
+    assert row["longest_fitting_seq_len"] == max(fitting) and row["resolution"] == resolution
+    assert row["predicted_peak_bytes"] == peaks[max(fitting)] <= budget
+    if not variant.startswith("lsh"):  # at least the longest multiple below the longest fitting power of two
+        assert row["longest_fitting_seq_len"] > power["longest_fitting_seq_len"] - resolution
+    nxt = min(n for n in accepted + [top] if n > max(fitting))
+    assert row["limited_by"].startswith(f"{nxt} tokens would need")
+    assert row["monotone"] and not row["monotone_note"]
+    assert row["lengths_predicted"] < len(accepted) + 14  # a search, not every length
+    if variant.startswith("lsh"):
+        assert all(n % 64 == 0 for n in accepted) and row["longest_fitting_seq_len"] % 1600 == 0
+
+
+def test_a_peak_that_is_not_monotone_in_length_is_reported():
+    """Binary search assumes the peak grows with n; the lengths a search predicted say
+    whether they bear that out, and the table says where they do not."""
+    from attnprof.profiler.runner import predict as runner
+
+    series = runner._Series(_budget_scenario("sdpa"), Point("sdpa", "none", "attention", Shape(seq_len=256)))
+    for n, peak in [(512, 10), (1024, 30), (2048, 20), (4096, 40)]:
+        series.records[n] = {"status": "ok", "predicted_peak_bytes": peak}
+    monotone, note = series.monotone()
+    assert not monotone and note.startswith("predicted peak is not monotone in n: 30 B at 1024 tokens but 20 B at 2048")
+    del series.records[2048]
+    assert series.monotone() == (True, "")
+    row = {"variant": "sdpa", "mode": "none", "longest_fitting_seq_len": 1024, "predicted_peak_bytes": 30,
+           "limited_by": "x", "resolution": None, "monotone_note": note}
+    assert f"note: sdpa none: {note}" in runner.format_table([row], 35)
+
+
+def test_resolution_and_budget_flags_are_one_line_errors():
+    import subprocess
+    import sys
+
+    for args, message in [(["--resolution", "100"], "goes with --budget"),
+                          (["--budget", "1GiB", "--resolution", "0"], "positive"),
+                          (["--budget", "1GiB", "--resolution", "x"], "resolution")]:
+        done = subprocess.run([sys.executable, "-m", "attnprof", "predict", *args], capture_output=True, text=True)
+        assert done.returncode == 2 and done.stdout == "" and len(done.stderr.strip().splitlines()) == 1
+        assert done.stderr.startswith("error:") and message in done.stderr

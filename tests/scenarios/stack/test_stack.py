@@ -7,24 +7,24 @@ from attnprof.profiler.measure.accounting import predict
 from attnprof.profiler.records import Point
 from attnprof.scenarios.variants.registry import VariantSpec, parse_variant
 from attnprof.profiler.records import Shape
-from attnprof.scenarios.stack.blocks import REVERSIBLE_REFERENCE, Stack, loss_of
+from attnprof.scenarios.stack.blocks import REVERSIBLE_REFERENCE, Stack
 
 # Every built-in variant, LSH with several hash rounds and a bucket size that fits n=64.
 VARIANTS = ["full", "sdpa", "talking_heads", "lsh[bucket_size=16,n_hashes=2]", "lsh[bucket_size=8,n_hashes=4]",
             "sparse_strided", "sparse_fixed[summary=2]", "sparse_strided[combine=interleaved]"]
 
 
-def gradients(label: str, mode: str, layers: int = 3):
-    """d(loss)/d(input) and d(loss)/d(every parameter), float64, fixed seeds."""
+def gradients(label: str, mode: str, layers: int = 3, input_grad: bool = True):
+    """d(loss)/d(input) (if ``input_grad``) and d(loss)/d(every parameter), float64, fixed seeds."""
     shape = Shape(batch=2, seq_len=64, d_model=32, heads=4, layers=layers, dtype="float64")
     torch.manual_seed(0)
     torch.set_default_dtype(torch.float64)
     stack = Stack(parse_variant(label), shape, mode)
     torch.set_default_dtype(torch.float32)
-    x = torch.randn(2, 64, 32, dtype=torch.float64, requires_grad=True)
+    x = torch.randn(2, 64, 32, dtype=torch.float64, requires_grad=input_grad)
     torch.manual_seed(1)  # the forward's randomness (LSH rotations) starts here on both sides
-    loss_of(stack(x) ** 2).backward()
-    return [x.grad] + [p.grad for p in stack.parameters()]
+    (stack(x) ** 2).sum().backward()
+    return ([x.grad] if input_grad else []) + [p.grad for p in stack.parameters()]
 
 
 def rel_err(a, b):
@@ -47,6 +47,29 @@ def test_reversible_gradients_equal_ordinary_autograd(label):
     assert rel_err(reversible, reference) < 1e-5
 
 
+@pytest.mark.parametrize("label", ["full", "lsh[bucket_size=8,n_hashes=4]", "sparse_strided[combine=interleaved]"])
+def test_reversible_parameters_get_gradients_when_the_input_needs_none(label):
+    """A stack fed a plain tensor (no requires_grad): its parameters still get the
+    gradients ordinary autograd gives, through .backward() and autograd.grad alike."""
+    reference = gradients(label, REVERSIBLE_REFERENCE, input_grad=False)
+    reversible = gradients(label, "reversible", input_grad=False)
+    assert all(g is not None for g in reversible) and len(reversible) > 3
+    assert rel_err(reversible, reference) < 1e-5
+    shape = Shape(batch=1, seq_len=64, d_model=32, heads=4, layers=2, dtype="float64")
+    torch.set_default_dtype(torch.float64)
+    stack = Stack(parse_variant(label), shape, "reversible")
+    torch.set_default_dtype(torch.float32)
+    x = torch.randn(1, 64, 32, dtype=torch.float64)
+    params = list(stack.parameters())
+    torch.manual_seed(1)
+    via_grad = torch.autograd.grad((stack(x) ** 2).sum(), params)
+    stack.mode = REVERSIBLE_REFERENCE
+    torch.manual_seed(1)
+    expected = torch.autograd.grad((stack(x) ** 2).sum(), params)
+    assert rel_err(via_grad, expected) < 1e-5
+    assert all(p.grad is None for p in params)  # autograd.grad accumulates nothing
+
+
 def test_reversible_leaves_the_callers_rng_stream_alone():
     shape = Shape(batch=1, seq_len=64, d_model=32, heads=4, layers=2)
     stack = Stack(parse_variant("lsh[bucket_size=16]"), shape, "reversible")
@@ -55,14 +78,14 @@ def test_reversible_leaves_the_callers_rng_stream_alone():
     expected = (torch.rand(3), torch.rand(3))
     torch.manual_seed(7)
     first = torch.rand(3)
-    loss_of(stack(x)).backward()  # consumes RNG in forward; backward must not
+    stack(x).sum().backward()  # consumes RNG in forward; backward must not
     torch.manual_seed(7)
     torch.rand(3)
     stack(x)  # forward alone advances the stream by exactly what the forward draws
     after_forward = torch.rand(3)
     torch.manual_seed(7)
     torch.rand(3)
-    loss_of(stack(x)).backward()
+    stack(x).sum().backward()
     after_backward = torch.rand(3)
     torch.testing.assert_close(first, expected[0])
     torch.testing.assert_close(after_backward, after_forward)

@@ -218,3 +218,112 @@ def test_core_memory_is_n_sqrt_n(name, combine, layer_index):
         # the biggest storages at the peak are blocks or gathered keys, under n^2 / 4 elements
         assert report.largest_at_peak
         assert all(math.prod(e["shape"]) < n * n / 4 for e in report.largest_at_peak)
+
+
+# --- 7. distinct summary sub-blocks per head (fixed, §4.2) --------------------------------------
+def brute_fixed_group(i, n, l, c, causal, g):
+    """A² of the g-th A²-head: the g-th sub-block of c counted from each block's end."""
+    k = g % (l // c)
+    return {j for j in range(n) if l - c * (k + 1) <= j % l < l - c * k and (j <= i or not causal)}
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_distinct_summary_sets(causal):
+    n = 64
+    for l, c in ((8, 2), (16, 4), (16, 16), (8, 3)):
+        for g in range(6):
+            for i in range(n):
+                a1, a2 = fixed_sets(i, n, l, c, causal, group=g)
+                assert a2 == brute_fixed_group(i, n, l, c, causal, g)
+                assert a1 == brute_fixed(i, n, l, c, causal)[0]
+    assert fixed_sets(10, 32, 8, 2, True, group=0)[1] == fixed_sets(10, 32, 8, 2, True)[1] == {6, 7}
+    assert fixed_sets(30, 32, 8, 2, False, group=1)[1] == {4, 5, 12, 13, 20, 21, 28, 29}
+    assert fixed_sets(30, 32, 8, 2, False, group=5)[1] == fixed_sets(30, 32, 8, 2, False, group=1)[1]  # l/c = 4
+
+
+def distinct_reference(module, x, l, c):
+    """Dense masked attention with one (n, n) mask per head: A¹ ∪ A²_g (merged), A¹ on the
+    first half and A²_g on the second (multihead, g counted within that half), or one set
+    per layer (interleaved); g is the head's index among the heads attending A²."""
+    b, n, d = x.shape
+    h, combine, causal = module.heads, module.combine, module.causal
+
+    def mask(sets):
+        m = torch.zeros(n, n, dtype=torch.bool)
+        for i in range(n):
+            m[i, sorted(sets(i))] = True
+        return m
+
+    a1 = mask(lambda i: fixed_sets(i, n, l, c, causal)[0])
+    a2 = [mask(lambda i: fixed_sets(i, n, l, c, causal, group=g)[1]) for g in range(h)]
+    if combine == "merged":
+        per_head = [a1 | a2[g] for g in range(h)]
+    elif combine == "multihead":
+        per_head = [a1] * (h // 2) + a2[: h // 2]
+    else:
+        per_head = [a1] * h if module.layer_index % 2 == 0 else a2
+    full_mask = torch.stack(per_head)  # (h, n, n)
+    empty = ~full_mask.any(-1, keepdim=True)
+    q, k, v = module.project(x)
+    logits = q @ k.transpose(-1, -2) / math.sqrt(module.head_dim)
+    out = logits.masked_fill(~(full_mask | empty), float("-inf")).softmax(-1) @ v * ~empty
+    return module.to_out(out.transpose(1, 2).reshape(b, n, d))
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("combine,layer_index", COMBINES[:4])
+@pytest.mark.parametrize("heads,l,c", [(4, 8, 2), (4, 16, 4), (8, 8, 4)])  # (8, 8, 4): heads cycle after l/c = 2
+def test_distinct_summaries_match_a_per_head_dense_reference(heads, l, c, combine, layer_index, causal):
+    module = build("sparse_fixed", d_model=4 * heads, heads=heads, layer_index=layer_index, causal=causal,
+                   combine=combine, stride=l, summary=c, distinct_summaries=True).double()
+    x = torch.randn(2, 64, 4 * heads, dtype=torch.float64, requires_grad=True)
+    g = torch.randn_like(x)
+    inputs = [x, *module.parameters()]
+    y, y_ref = module(x), distinct_reference(module, x, l, c)
+    torch.testing.assert_close(y, y_ref, rtol=1e-10, atol=1e-12)
+    for got, want in zip(torch.autograd.grad((y * g).sum(), inputs), torch.autograd.grad((y_ref * g).sum(), inputs)):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+    if combine != "interleaved" or layer_index % 2:  # A² is in use: distinct heads really differ from shared ones
+        shared = build("sparse_fixed", d_model=4 * heads, heads=heads, layer_index=layer_index, causal=causal,
+                       combine=combine, stride=l, summary=c).double()
+        shared.load_state_dict(module.state_dict())
+        assert not torch.allclose(shared(x), y)
+
+
+def test_distinct_summaries_run_under_fake_tensors_in_n_sqrt_n():
+    def peak(n, distinct=True):
+        with FakeTensorMode():
+            module = build("sparse_fixed", d_model=64, heads=4, distinct_summaries=distinct)
+            q, k, v = (torch.randn(1, 4, n, 16, requires_grad=True) for _ in range(3))
+            with MemoryTracker() as tracker:
+                module.core(q, k, v).backward(torch.randn(1, 4, n, 16))
+        return tracker.report().peak_bytes
+
+    small, large = peak(4096), peak(16384)
+    assert abs(math.log(large / small) / math.log(4) - 1.5) <= 0.2
+    assert large < 16384 * 16384 * 4 * 4  # below one fp32 n x n per head
+    assert large <= 1.1 * peak(16384, distinct=False)  # per-head gathers and masks cost next to nothing
+    assert parse_variant("sparse_fixed[distinct_summaries=true]").options == {"distinct_summaries": True}
+
+
+# --- 8. cost formulas (the report's expected exponents) ------------------------------------------
+@pytest.mark.parametrize("combine", ["merged", "multihead", "interleaved"])
+@pytest.mark.parametrize("name", VARIANTS)
+def test_cost_formulas_match_the_flop_count_and_the_tracked_peak(name, combine):
+    from attnprof.profiler.measure.flops import FlopCounter
+
+    cls = VARIANTS[name]
+    options = cls.resolve_options({"combine": combine})
+    peaks = {}
+    for n in (4096, 16384):
+        with FakeTensorMode():
+            module = build(name, d_model=128, heads=4, combine=combine)
+            q, k, v = (torch.randn(1, 4, n, 32, requires_grad=True) for _ in range(3))
+            with FlopCounter() as counter, MemoryTracker() as tracker:
+                module.core(q, k, v).backward(torch.randn(1, 4, n, 32))
+        assert counter.total == pytest.approx(cls.cost_flops(options, n, 4, 32), rel=1e-9)
+        peaks[n] = tracker.report().peak_bytes
+        assert cls.cost_bytes(options, n, 4, 32) == pytest.approx(peaks[n], rel=0.15)
+    slope = math.log(peaks[16384] / peaks[4096]) / math.log(4)
+    formula = math.log(cls.cost_bytes(options, 16384, 4, 32) / cls.cost_bytes(options, 4096, 4, 32)) / math.log(4)
+    assert formula == pytest.approx(slope, abs=0.1)

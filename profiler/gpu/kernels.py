@@ -1,0 +1,397 @@
+"""What a GPU allocates that the CPU trace does not show, or shows differently.
+
+1. **SDPA.** The CPU runs ``F.scaled_dot_product_attention`` as its own flash kernel
+   (``_scaled_dot_product_flash_attention_for_cpu`` and its ``_backward``). A GPU picks a
+   backend (``choose_sdpa_backend``) whose outputs, saved tensors and workspaces differ;
+   ``substitute`` replaces those two ops' allocations in the trace by the chosen
+   kernel's, in the order the CUDA code allocates them. A fake CUDA device cannot be
+   used instead: on the CPU build of torch, fake CUDA tensors abort the process in
+   backward (../shared/NOTES.md). The math backend needs no substitution: the trace is
+   then recorded with SDPA forced onto its math path, the same decomposed ops a GPU runs.
+2. **cuBLAS workspaces.** Allocated through the caching allocator at a thread's first
+   cuBLAS call, one per (thread, stream), never freed during a run: one for the forward
+   thread, one for autograd's device thread in backward.
+
+The CUDA code each rule mirrors is named where it is applied (pytorch/pytorch main,
+``aten/src/ATen/native/transformers/cuda/...``, read for torch 2.13). docs/gpu.md lists
+all of it with what is not modelled.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Optional
+
+from attnprof.profiler.gpu.table import GpuSpec
+
+ALLOC, FREE, OP, MARK = "alloc", "free", "op", "mark"  # = profiler.measure.tracker's (no torch import here)
+ALIAS = "alias"  # (ALIAS, new_name, existing_name): one more name for an existing block
+TIE = "tie"  # (TIE, owner, [names]): free these names when owner's block is freed
+
+CPU_FLASH_FWD = "_scaled_dot_product_flash_attention_for_cpu"
+CPU_FLASH_BWD = "_scaled_dot_product_flash_attention_for_cpu_backward"
+BACKENDS = ("flash", "efficient", "cudnn", "math")
+BACKEND_ENV = "ATTNPROF_SDPA_BACKEND"  # force one backend (validation against a GPU run)
+GPU_OP = {"flash": "_scaled_dot_product_flash_attention", "efficient": "_scaled_dot_product_efficient_attention",
+          "cudnn": "_scaled_dot_product_cudnn_attention"}
+DTYPE_BYTES = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}
+HALF = ("float16", "bfloat16")
+
+# aten/src/ATen/cuda/CublasHandlePool.cpp, parseChosenWorkspaceSize(): ":4096:2:16:8" by
+# default (2 x 4096 KiB + 8 x 16 KiB = 8,519,680 B), 32 MiB (4096 KiB x 8) for compute
+# capability major 9, 10 or 12 (Hopper, Blackwell); CUBLAS_WORKSPACE_CONFIG=":SIZE_KIB:COUNT..."
+# overrides. cuBLASLt shares it (unified_cublas_and_lt_workspaces(), the default).
+CUBLAS_ENV = "CUBLAS_WORKSPACE_CONFIG"
+CUBLAS_DEFAULT_BYTES = 4096 * 1024 * 2 + 16 * 1024 * 8
+CUBLAS_BIG_BYTES = 4096 * 8 * 1024
+CUBLAS_BIG_MAJORS = (9, 10, 12)
+# Ops that call cuBLAS/cuBLASLt (so set up the thread's workspace), by aten name.
+MATMUL_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "addbmm", "_addmm_activation", "addmv", "mv", "dot",
+                        "vdot", "addr", "matmul", "_scaled_mm", "_int_mm"})
+
+
+def cublas_workspace_bytes(gpu: GpuSpec, config: Optional[str] = None) -> int:
+    """One cuBLAS workspace (``getChosenWorkspaceSize``), honouring CUBLAS_WORKSPACE_CONFIG."""
+    text = os.environ.get(CUBLAS_ENV) if config is None else config
+    if text:
+        pairs = re.findall(r":([0-9]+):([0-9]+)", text)
+        if pairs:
+            return sum(int(size) * 1024 * int(count) for size, count in pairs)
+    return CUBLAS_BIG_BYTES if gpu.compute_capability[0] in CUBLAS_BIG_MAJORS else CUBLAS_DEFAULT_BYTES
+
+
+def _up(x: int, m: int) -> int:
+    return (x + m - 1) // m * m
+
+
+def _op_base(name: str) -> str:
+    return name.split(".", 1)[0]
+
+
+# --- which SDPA backend -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class SdpaChoice:
+    backend: str  # one of BACKENDS
+    reason: str  # why, one line
+
+
+def prefers_cudnn(gpu: GpuSpec) -> bool:
+    """sdp_utils.cpp ``check_prefer_cudnn_attention``: recent torch (with cuDNN > 9.15) puts
+    cuDNN attention first on compute capability 9.0/9.3/10.0/10.3 (H100, H200, B200);
+    ``TORCH_CUDNN_SDPA_DEPRIORITIZED=1`` turns that off."""
+    if os.environ.get("TORCH_CUDNN_SDPA_DEPRIORITIZED", "").lower() in ("1", "true", "on", "yes"):
+        return False
+    major, minor = gpu.compute_capability
+    return major in (9, 10) and minor in (0, 3)
+
+
+def choose_sdpa_backend(gpu: GpuSpec, dtype: str, head_dim: int, head_dim_v: Optional[int] = None,
+                        requires_grad: bool = True, forced: Optional[str] = None) -> SdpaChoice:
+    """sdp_utils.cpp ``select_sdp_backend`` for attnprof's SDPA calls (dense 4-D, no mask, no
+    dropout): the first backend of ``priority_order`` whose checks pass."""
+    forced = forced if forced is not None else (os.environ.get(BACKEND_ENV) or None)
+    if forced:
+        if forced not in BACKENDS:
+            from attnprof.errors import UserError
+
+            raise UserError(f"{BACKEND_ENV}={forced!r}; choose one of {', '.join(BACKENDS)}")
+        return SdpaChoice(forced, f"forced by {BACKEND_ENV}")
+    dv = head_dim if head_dim_v is None else head_dim_v
+    cc = gpu.compute_capability
+    half = dtype in HALF
+
+    def cudnn() -> Optional[str]:  # check_cudnn_* (shape, dtype, layout), conservatively
+        if not half or cc < (8, 0):
+            return "cuDNN attention needs fp16/bf16 on sm80+"
+        if head_dim != dv or head_dim % 8 or head_dim > 128:
+            return "cuDNN attention: head_dim must be equal for q/k/v, a multiple of 8 and <= 128"
+        return None
+
+    def flash() -> Optional[str]:  # use_flash_attention: check_flash_attention_hardware_support, head dims
+        if not half:
+            return f"FlashAttention needs fp16/bf16, not {dtype}"
+        if cc < (8, 0):
+            return f"FlashAttention needs sm80+, this GPU is sm{cc[0]}{cc[1]}"
+        if head_dim != dv or head_dim > 256:
+            return "FlashAttention needs equal q/k/v head dims <= 256"
+        if requires_grad and cc in ((8, 6), (8, 9)) and head_dim > 192:
+            return "FlashAttention backward with head_dim > 192 is not supported on sm86/sm89"
+        return None
+
+    def efficient() -> Optional[str]:  # use_mem_efficient_attention: dtype, minimum_gemm_alignment
+        if dtype not in ("float32", *HALF) or (dtype == "bfloat16" and cc < (8, 0)) or cc < (5, 0):
+            return f"memory-efficient attention does not take {dtype} on sm{cc[0]}{cc[1]}"
+        align = (8 if half else 4) if cc >= (8, 0) else (8 if half else 1)
+        if head_dim % align or dv % align:
+            return f"memory-efficient attention needs head dims divisible by {align}"
+        return None
+
+    order = ["cudnn", "flash", "efficient"] if prefers_cudnn(gpu) else ["flash", "efficient"]
+    reasons = []
+    for name in order:
+        problem = {"cudnn": cudnn, "flash": flash, "efficient": efficient}[name]()
+        if problem is None:
+            first = "cuDNN preferred on this GPU; " if name == "cudnn" else ""
+            return SdpaChoice(name, (first + "; ".join(reasons)).strip("; ") or f"{name}: first in priority order")
+        reasons.append(problem)
+    return SdpaChoice("math", "; ".join(reasons))
+
+
+def flash_num_splits(batch: int, heads: int, seqlen_q: int, seqlen_k: int, head_size: int, sm_count: int) -> int:
+    """flash_api.cpp ``set_params_splitkv`` + ``num_splits_heuristic`` (mha_fwd, no dropout)."""
+    block_n = 256 if head_size <= 64 else (128 if head_size <= 128 else 64)
+    num_n_blocks = (seqlen_k + block_n - 1) // block_n
+    num_m_blocks = (seqlen_q + 63) // 64
+    bhm, num_sms = batch * heads * num_m_blocks, sm_count * 2  # "x2: 128 threads per block"
+    if bhm >= 0.8 * num_sms:
+        return 1
+    max_splits = min(128, num_sms, num_n_blocks)
+
+    def eligible(s: int) -> bool:
+        return s == 1 or -(-num_n_blocks // s) != -(-num_n_blocks // (s - 1))
+
+    eff = []
+    for s in range(1, max_splits + 1):
+        if not eligible(s):
+            eff.append(0.0)
+            continue
+        waves = bhm * s / num_sms
+        eff.append(waves / math.ceil(waves))
+    best = max(eff) if eff else 0.0
+    for s in range(1, max_splits + 1):
+        if eligible(s) and eff[s - 1] >= 0.85 * best:
+            return s
+    return 1
+
+
+# --- substitution -------------------------------------------------------------------------------
+@dataclass
+class GpuEvents:
+    events: list
+    backend: str
+    substituted: int = 0  # SDPA ops replaced
+    notes: list = field(default_factory=list)
+
+
+def _contiguous(shape, stride) -> bool:
+    expected = 1
+    for size, st in zip(reversed(shape), reversed(stride)):
+        if size != 1 and st != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _dense(shape, stride) -> bool:
+    """Non-overlapping and dense (``empty_like`` keeps such strides)."""
+    dims = sorted((st, size) for size, st in zip(shape, stride) if size != 1)
+    expected = 1
+    for st, size in dims:
+        if st != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _transposed(info):
+    """(shape, stride) of ``t.transpose(1, 2)`` for a [B, H, n, d] tensor."""
+    s, st = info.shape, info.stride
+    return (s[0], s[2], s[1], s[3]), (st[0], st[2], st[1], st[3])
+
+
+class _Names:
+    def __init__(self):
+        self.n = 0
+
+    def __call__(self, what: str) -> str:
+        self.n += 1
+        return f"{what}#{self.n}"
+
+
+def _forward(backend: str, info: dict, outs: list, gpu: GpuSpec, name: _Names) -> list:
+    q, k, v = info["args"][:3]
+    B, H, nq, d = q.shape
+    nk, dv = k.shape[2], v.shape[3]
+    el = DTYPE_BYTES[q.dtype]
+    grad = info["grad_enabled"] and any(t is not None and t.requires_grad for t in (q, k, v))
+    out_s, lse_s = outs[0], outs[1]
+    op = GPU_OP[backend]
+    ev = [(OP, op, None)]
+    if backend == "flash":
+        # flash_api.cpp mha_fwd: out = empty_like(q_padded) [B, n, H, round8(d)];
+        # softmax_lse [B, H, n] fp32; set_params_splitkv's softmax_lse_accum
+        # [splits, B, H, n] and out_accum [splits, B, H, n, head_size_rounded] fp32 (freed
+        # on return); rng_state (2 x uint64) and _unused (uint64) on the device, returned as
+        # philox_seed/offset and saved with the logsumexp.
+        dp, dvp = _up(d, 8), _up(dv, 8)
+        hsr = _up(dp, 32 if dp <= 128 else 64)
+        ev += [(ALLOC, out_s, B * nq * H * dvp * el, op), (ALLOC, lse_s, B * H * nq * 4, op)]
+        splits = flash_num_splits(B, H, nq, nk, dp, gpu.sm_count)
+        tmp = []
+        if splits > 1:
+            tmp = [name("flash.softmax_lse_accum"), name("flash.out_accum")]
+            ev += [(ALLOC, tmp[0], splits * B * H * nq * 4, op), (ALLOC, tmp[1], splits * B * H * nq * hsr * 4, op)]
+        rng, unused = name("flash.rng_state"), name("flash.rng_unused")
+        ev += [(ALLOC, rng, 16, op), (ALLOC, unused, 8, op), (TIE, lse_s, [rng, unused])]
+        ev += [(FREE, t) for t in reversed(tmp)]
+    elif backend == "efficient":
+        # attention.cu _efficient_attention_forward: output [B, M, nH, Kv]; logsumexp
+        # [B, nH, ceil(M / kAlignLSE) * kAlignLSE] fp32 (kAlignLSE = 32) only when an input
+        # requires grad (should_compute_logsumexp); output_accum fp32 when the kernel needs an
+        # accumulator (fp16/bf16 with Kv > 128: not kSingleValueIteration); seed/offset on the CPU.
+        ev += [(ALLOC, out_s, B * nq * H * dv * el, op),
+               (ALLOC, lse_s, B * H * _up(nq, 32) * 4 if grad else 0, op)]
+        if q.dtype in HALF and dv > 128:
+            acc = name("efficient.output_accum")
+            ev += [(ALLOC, acc, B * nq * H * dv * 4, op), (FREE, acc)]
+    elif backend == "cudnn":
+        # attention.cu _scaled_dot_product_cudnn_attention_cuda: output like q; softmax stats
+        # [B, H, n, 1] fp32 when training; seed and offset: one int64 each on the device.
+        ev += [(ALLOC, out_s, B * nq * H * dv * el, op), (ALLOC, lse_s, B * H * nq * 4 if grad else 0, op)]
+        seed, offset = name("cudnn.seed"), name("cudnn.offset")
+        ev += [(ALLOC, seed, 8, op), (ALLOC, offset, 8, op), (TIE, lse_s, [seed, offset])]
+    return ev
+
+
+def _backward(backend: str, info: dict, outs: list, gpu: GpuSpec, name: _Names, stealable: dict) -> list:
+    go, q, k, v = info["args"][:4]
+    B, H, nq, d = q.shape
+    nk, dv = k.shape[2], v.shape[3]
+    el = DTYPE_BYTES[q.dtype]
+    op = GPU_OP[backend] + "_backward"
+    ev = [(OP, op, None)]
+    tmp = []
+    # _flash_attention_backward: contiguous_grad_out = grad_out.contiguous() (of the
+    # [B, n, H, d] transpose); _efficient_attention_backward: "handle potentially
+    # non-contiguous grad_out through a copy". cuDNN: assumed the same.
+    if not _contiguous(*_transposed(go)):
+        tmp.append(name(f"{backend}.grad_out_contiguous"))
+        ev.append((ALLOC, tmp[-1], B * nq * H * dv * el, op))
+    if backend == "flash":
+        # flash_api.cpp mha_bwd: dq/dk/dv = empty_like(q/k/v) (head dim rounded to 8);
+        # softmax_d [B, H, round128(n)] fp32; dq_accum [B, round128(n), H, head_size_rounded]
+        # fp32 (non-deterministic); both dropped on return.
+        dp, dvp = _up(d, 8), _up(dv, 8)
+        hsr, nqr = _up(dp, 32 if dp <= 128 else 64), _up(nq, 128)
+        ev += [(ALLOC, outs[0], B * nq * H * dp * el, op), (ALLOC, outs[1], B * nk * H * dp * el, op),
+               (ALLOC, outs[2], B * nk * H * dvp * el, op)]
+        tmp += [name("flash.softmax_d"), name("flash.dq_accum")]
+        ev += [(ALLOC, tmp[-2], B * H * nqr * 4, op), (ALLOC, tmp[-1], B * nqr * H * hsr * 4, op)]
+    elif backend == "efficient":
+        # attention_backward.cu _efficient_attention_backward: grad_q/k/v = at::empty(sizes)
+        # ([B, M, nH, K]); delta [B, nH, M] fp32, computed by the kernel for fp16/bf16
+        # (kKernelComputesDelta), else (grad_out.float() * out.float()).sum(-1).transpose()
+        # .contiguous(): a [B, M, nH, Kv] fp32 product and a [B, M, nH] sum live meanwhile;
+        # workspace = B * nH * workspace_strideBH() * 4 (kernel_backward.h: the split-keys dQ
+        # accumulator, workspace_elements_gq: ceil(M/kBlockSizeI) * ceil(K/kBlockSizeJ) tiles
+        # of kBlockSizeI x kBlockSizeJ fp32 plus a 16-byte header; tile 64x64 fp32, 64x128
+        # fp16/bf16 assumed).
+        ev += [(ALLOC, outs[0], B * nq * H * d * el, op), (ALLOC, outs[1], B * nk * H * d * el, op),
+               (ALLOC, outs[2], B * nk * H * dv * el, op)]
+        delta = name("efficient.delta")
+        if q.dtype in HALF:
+            ev.append((ALLOC, delta, B * H * nq * 4, op))
+        else:
+            prod, total = name("efficient.delta_product"), name("efficient.delta_sum")
+            ev += [(ALLOC, prod, B * nq * H * dv * 4, op), (ALLOC, total, B * nq * H * 4, op),
+                   (ALLOC, delta, B * H * nq * 4, op), (FREE, total), (FREE, prod)]
+        tmp.append(delta)
+        bi, bj = 64, (64 if q.dtype == "float32" else 128)
+        gq_elems = -(-nq // bi) * -(-d // bj) * (4 + bi * bj)
+        tmp.append(name("efficient.workspace"))
+        ev.append((ALLOC, tmp[-1], B * H * _up(gq_elems, 4) * 4, op))
+    elif backend == "cudnn":
+        # _cudnn_attention_backward: dq/dk/dv = empty_like(q/k/v); cuDNN's workspace through the
+        # caching allocator: assumed like FlashAttention-2's (an fp32 dQ accumulator and fp32
+        # row sums). Not read from cuDNN: the least certain substitution here.
+        ev += [(ALLOC, outs[0], B * nq * H * d * el, op), (ALLOC, outs[1], B * nk * H * d * el, op),
+               (ALLOC, outs[2], B * nk * H * dv * el, op)]
+        tmp.append(name("cudnn.workspace"))
+        ev.append((ALLOC, tmp[-1], B * H * nq * d * 4 + B * H * nq * 4, op))
+    ev += [(FREE, t) for t in reversed(tmp)]
+    # flash and cuDNN allocate each gradient like its input (empty_like keeps the strides of
+    # a dense input), so AccumulateGrad can keep it as .grad; the CPU kernel's gradients
+    # (like memory-efficient attention's) come out [B, n, H, d]-major and get copied.
+    if backend in ("flash", "cudnn"):
+        for serial, t in zip(outs, (q, k, v)):
+            if _dense(t.shape, t.stride):
+                stealable[serial] = True
+    return ev
+
+
+def _outputs(events: list, i: int, want: int) -> list:
+    """The serials of the ALLOC events right after the OP at ``i`` (at most ``want``)."""
+    outs = []
+    j = i + 1
+    while j < len(events) and events[j][0] == ALLOC and len(outs) < want:
+        outs.append(events[j][1])
+        j += 1
+    return outs
+
+
+def substitute(events: list, gpu: GpuSpec, backend: str, *, cublas: bool = True,
+               cublas_bytes: Optional[int] = None) -> GpuEvents:
+    """The trace with the GPU's SDPA allocations and cuBLAS workspaces in place of the CPU's.
+
+    ``backend`` "math" leaves SDPA alone (record the trace with ``sdpa_math=True``).
+    """
+    out = GpuEvents([], backend)
+    name = _Names()
+    stealable: dict = {}
+    ws_bytes = cublas_workspace_bytes(gpu) if cublas_bytes is None else cublas_bytes
+    phase, have_ws, pending_ws = "forward", set(), None
+    i, n = 0, len(events)
+    while i < n:
+        e = events[i]
+        kind = e[0]
+        if pending_ws is not None and kind != ALLOC:  # after the matmul's outputs
+            out.events.append((ALLOC, f"cublas.workspace.{pending_ws}", ws_bytes, "cuBLAS workspace"))
+            pending_ws = None
+        if kind == MARK:
+            if e[1] == "backward":
+                phase = "backward"
+            out.events.append(e)
+            i += 1
+            continue
+        if kind != OP:
+            out.events.append(e)
+            i += 1
+            continue
+        base = _op_base(e[1])
+        if cublas and base in MATMUL_OPS and phase not in have_ws:
+            have_ws.add(phase)
+            pending_ws = phase
+        if backend != "math" and base == CPU_FLASH_FWD and e[2]:
+            outs = _outputs(events, i, 2)
+            if len(outs) == 2:
+                out.events += _forward(backend, e[2], outs, gpu, name)
+                out.substituted += 1
+                i += 1 + len(outs)
+                continue
+            out.notes.append("an SDPA forward with an unexpected output count was left as on the CPU")
+        if backend != "math" and base == CPU_FLASH_BWD and e[2]:
+            outs = _outputs(events, i, 3)
+            if len(outs) == 3:
+                out.events += _backward(backend, e[2], outs, gpu, name, stealable)
+                out.substituted += 1
+                i += 1 + len(outs)
+                continue
+            out.notes.append("an SDPA backward with an unexpected output count was left as on the CPU")
+        # AccumulateGrad's clone_obey_contract copy of a gradient the GPU kernel already
+        # allocated with the input's strides: no copy on the GPU (the block is kept as .grad).
+        if (base == "new_empty_strided" and i + 3 < n and events[i + 1][0] == ALLOC
+                and events[i + 2][0] == OP and _op_base(events[i + 2][1]) == "copy_"
+                and events[i + 3][0] == FREE and events[i + 3][1] in stealable):
+            grad = events[i + 3][1]
+            del stealable[grad]
+            out.events += [e, (ALIAS, events[i + 1][1], grad), events[i + 2], events[i + 3]]
+            i += 4
+            continue
+        out.events.append(e)
+        i += 1
+    if pending_ws is not None:
+        out.events.append((ALLOC, f"cublas.workspace.{pending_ws}", ws_bytes, "cuBLAS workspace"))
+    return out

@@ -1,0 +1,67 @@
+"""The exact allocation/free sequence of one point, recorded under fake tensors on the CPU.
+
+The same Workload as ``profiler/measure/accounting.account(point, fake=True)`` (module,
+inputs, the upstream gradient, forward, backward), with the tracker's ``trace`` on and a
+``backward`` marker between the passes. Fake *CUDA* tensors cannot be used on the CPU
+build of torch (their backward aborts the process, ../shared/NOTES.md), so the trace has
+the CPU kernels' allocations; ``kernels.py`` substitutes the GPU's where they differ.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+
+from attnprof.profiler.records import Point
+
+
+@dataclass
+class Trace:
+    point: Point
+    events: list  # profiler.measure.tracker event tuples, in order
+    tensor_peak_bytes: int  # the tracker's peak: equals accounting.predict's predicted peak
+    sdpa_math: bool = False  # recorded with SDPA forced onto its math path
+    wall_ms: float = 0.0
+    counts: dict = field(default_factory=dict)  # event kind -> how many
+
+
+def record_trace(point: Point, *, sdpa_math: bool = False, seed: int = 0) -> Trace:
+    """Run ``point`` once under FakeTensorMode with the tracing tracker; nothing is allocated.
+
+    ``sdpa_math``: force ``F.scaled_dot_product_attention`` onto its math path (what a GPU
+    runs when neither fused kernel applies, e.g. float64); the CPU otherwise runs its
+    flash kernel, whose events ``kernels.substitute`` replaces.
+    """
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from attnprof.profiler.measure.tracker import MemoryTracker
+    from attnprof.profiler.measure.workload import Workload
+
+    start = time.perf_counter()
+    torch.manual_seed(seed)
+    if sdpa_math:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        backend = sdpa_kernel(SDPBackend.MATH)
+    else:
+        backend = contextlib.nullcontext()
+    with FakeTensorMode():
+        work = Workload(point, "cpu")
+        with backend, MemoryTracker(trace=True) as tracker:
+            tracker.track(work.params, "parameters")
+            # the upstream gradient, where the workload has one (None when forward-only)
+            tracker.track([*work.inputs, getattr(work, "dout", None)], "inputs")
+            out = work.forward()
+            if not point.forward_only:
+                tracker.mark("backward")
+                work.backward(out)
+                tracker.mark_gradients(work.grads())
+            del out
+        peak = tracker.peak_bytes
+        events = tracker.trace
+    counts: dict = {}
+    for e in events:
+        counts[e[0]] = counts.get(e[0], 0) + 1
+    return Trace(point, events, peak, sdpa_math, (time.perf_counter() - start) * 1e3, counts)

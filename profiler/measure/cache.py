@@ -1,0 +1,206 @@
+"""The persistent prediction cache: a repeated ``predict`` or report render is near-instant.
+
+One JSON file per point under ``$ATTNPROF_CACHE_DIR``, else ``$XDG_CACHE_HOME/attnprof``,
+else ``~/.cache/attnprof`` (``predictions/<sha256 of the key>.json``). The key holds
+everything a prediction depends on: the entry schema, torch's version, attnprof's
+version *and a digest of its source files* (a development checkout changes code without
+changing the version), the point's identity (``Point.key()``) and the variant's resolved
+options. A plug-in variant (``module:Class`` or an entry point) is keyed by its module
+file's content as well; one whose file cannot be read is not cached.
+
+An entry is trusted only when it is one: valid JSON with exactly the expected fields, its
+key equal to the one asked for (a file from another key, version or machine is
+foreign), its checksum right and every figure of the right type. Anything else is
+ignored and rewritten. A cache folder that cannot be written costs one warning line on
+stderr per process, never the prediction. Entries are written to a temporary file and
+renamed, so concurrent writers (the fork pool, two shells) never leave half a file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import inspect
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+from attnprof.profiler.records import Point
+
+SCHEMA = 1  # bump when the entry's layout or meaning changes
+ENV = "ATTNPROF_CACHE_DIR"
+FIELDS = ("peak_bytes", "breakdown_bytes", "largest_at_peak", "flops_fwd", "flops_bwd", "method")
+_PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the attnprof package (the repository root)
+_NOT_SOURCE = {"tests", "scripts", "docs", "runs", "build", "dist"}
+
+_enabled = True
+_warned = False
+_source_digest: Optional[str] = None
+
+
+def cache_dir() -> Path:
+    if os.environ.get(ENV):
+        return Path(os.environ[ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "attnprof"
+
+
+@contextlib.contextmanager
+def disabled():
+    """Inside: predictions neither read nor write the cache (``--no-cache``)."""
+    global _enabled
+    previous, _enabled = _enabled, False
+    try:
+        yield
+    finally:
+        _enabled = previous
+
+
+def is_enabled() -> bool:
+    return _enabled
+
+
+# --- the key ------------------------------------------------------------------------------
+def source_digest() -> str:
+    """sha256 over attnprof's own source files (path and content), computed once."""
+    global _source_digest
+    if _source_digest is None:
+        files = []
+        for folder, dirs, names in os.walk(_PACKAGE_ROOT):
+            top = folder == str(_PACKAGE_ROOT)
+            dirs[:] = sorted(d for d in dirs if not d.startswith((".", "__")) and not (top and d in _NOT_SOURCE))
+            files += [os.path.join(folder, n) for n in names if n.endswith(".py")]
+        digest = hashlib.sha256()
+        for path in sorted(files):
+            digest.update(os.path.relpath(path, _PACKAGE_ROOT).encode() + b"\0")
+            with open(path, "rb") as source:
+                digest.update(source.read() + b"\0")
+        _source_digest = digest.hexdigest()
+    return _source_digest
+
+
+def _plugin_digest(cls) -> Optional[str]:
+    """sha256 of the file a plug-in variant's class comes from; None if it cannot be read."""
+    try:
+        path = inspect.getsourcefile(cls)
+        if path is None:
+            spec = importlib.util.find_spec(cls.__module__)
+            path = spec.origin if spec else None
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest() if path else None
+    except (OSError, TypeError, ValueError, ImportError):
+        return None
+
+
+def key_of(point: Point) -> Optional[dict]:
+    """The cache key of a point's prediction, or None when it must not be cached."""
+    import torch
+
+    from attnprof import __version__
+
+    spec = point.spec
+    cls = spec.cls
+    options = cls.resolve_options(spec.options)
+    builtin = cls.__module__.startswith("attnprof.scenarios.variants.")
+    plugin = None if builtin else _plugin_digest(cls)
+    if not builtin and plugin is None:
+        return None
+    return {"schema": SCHEMA, "torch": torch.__version__, "attnprof": __version__, "source": source_digest(),
+            "point": list(point.key()), "options": {k: _plain(v) for k, v in sorted(options.items())},
+            "plugin": plugin}
+
+
+def _plain(value):
+    return value if isinstance(value, (bool, int, float, str)) or value is None else repr(value)
+
+
+def _canonical(data) -> str:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+
+def _path_of(key: dict) -> Path:
+    return cache_dir() / "predictions" / (hashlib.sha256(_canonical(key).encode()).hexdigest() + ".json")
+
+
+def _checksum(key: dict, value: dict) -> str:
+    return hashlib.sha256(_canonical([key, value]).encode()).hexdigest()
+
+
+# --- reading and writing ------------------------------------------------------------------
+def load(point: Point) -> Optional[dict]:
+    """The cached figures of a point (a dict of FIELDS), or None: no entry, caching off, or
+    an entry that is not trustworthy (it will be rewritten)."""
+    if not _enabled:
+        return None
+    try:
+        key = key_of(point)
+        if key is None:
+            return None
+        data = json.loads(_path_of(key).read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    except Exception:  # noqa: BLE001 - a plug-in whose class cannot be resolved: no cache
+        return None
+    if not (isinstance(data, dict) and set(data) == {"key", "value", "checksum"} and data["key"] == key):
+        return None
+    value = data["value"]
+    if not _valid(value) or data["checksum"] != _checksum(key, value):
+        return None
+    return value
+
+
+def _valid(value) -> bool:
+    from attnprof.profiler.measure.tracker import CATEGORIES
+
+    def count(x) -> bool:
+        return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+    if not (isinstance(value, dict) and set(value) == set(FIELDS)):
+        return False
+    breakdown, largest = value["breakdown_bytes"], value["largest_at_peak"]
+    return (count(value["peak_bytes"]) and count(value["flops_fwd"]) and count(value["flops_bwd"])
+            and isinstance(value["method"], str)
+            and isinstance(breakdown, dict) and set(breakdown) == set(CATEGORIES)
+            and all(count(v) for v in breakdown.values())
+            and isinstance(largest, list)
+            and all(isinstance(t, dict) and set(t) == {"op", "shape", "dtype", "category", "bytes"}
+                    and count(t["bytes"]) and isinstance(t["shape"], list) for t in largest))
+
+
+def store(point: Point, value: dict) -> None:
+    """Write a point's figures (a dict of FIELDS); a folder that cannot be written is a
+    one-line warning (once per process), never an error."""
+    if not _enabled:
+        return
+    try:
+        key = key_of(point)
+    except Exception:  # noqa: BLE001 - see load
+        return
+    if key is None:
+        return
+    path = _path_of(key)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        text = json.dumps({"key": key, "value": value, "checksum": _checksum(key, value)})
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                out.write(text)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+    except OSError as exc:
+        _warn_once(f"attnprof: warning: cannot write the prediction cache in {path.parent} "
+                   f"({exc.strerror or exc}); predictions are not cached (set {ENV} to another folder)")
+
+
+def _warn_once(line: str) -> None:
+    global _warned
+    if not _warned:
+        _warned = True
+        print(" ".join(line.split()), file=sys.stderr)

@@ -1,0 +1,629 @@
+"""Deep stacks at the cost of three periods: trace once, compose the full depth, exactly.
+
+A fake run costs time per op, not per byte, so an L-block prediction costs L blocks of
+dispatch. The blocks are identical up to the variant's layer period p, and so is what
+each one allocates and frees. This module runs the stack ``TRACED_PERIODS`` = 3 periods
+deep (first, one middle, last) with the tracker's ordered event trace on, cuts the trace
+into *runs* at marks (a pass's prologue, then one run per period; passes: parameters,
+forward, backward), and builds the L-block event sequence from them (K = L/p periods):
+
+    param: pro [0] [1]x(K-2) [K-1]   fwd: pro [0] [1]x(K-2) [K-1]   bwd: pro [K-1] [1]x(K-2) [0]
+
+Every storage a run frees or reads is named relative to the run's period, so each copy
+of the middle frees and reads its own neighbours'. The peak, the breakdown at the peak,
+the largest storages then and the FLOPs follow from per-run summaries in O(K); the whole
+event sequence is there for who needs it (``Composition.events``).
+
+Why it is exact, and when it refuses. The composed sequence equals the L-block run's
+when what a period does depends only on its neighbours, and the runs that happen once
+(prologues, first and last period) do not loop over the periods. The trace shows where
+that is in doubt, and then the prediction runs all L blocks instead (``NotComposable``,
+nothing is guessed):
+- each pass's runs come once each, in order, periods in one direction;
+- a middle run refers (frees; reads, in an op that allocates or counts FLOPs; names an
+  op's argument) only to its own and its neighbours' storages, and reads a prologue's
+  without freeing it; a run that happens once refers only to the others that do and to
+  the middle period next to it, never to both the middle and the far end of a pass (a
+  loop over every period, e.g. an epilogue over all layers' parameters);
+- where the middle run refers to a neighbour's storage, its own storage at that place
+  has the same size, category and creating op (a middle neighbour can stand in), and the
+  first/last runs free the same places of the middle as the middle frees of its own
+  neighbours (every storage is freed exactly once);
+- composing the traced depth reproduces the tracker's own report to the byte.
+Plug-in code cannot see L (only its layer_index), so depth-dependence can only come from
+the stack itself: the test suite compares the composition with full-depth fake runs of
+every variant, mode, scope, option family and dtype at depths 1-24, and checks that a
+composition with a layer too few or too many is caught (tests/profiler/measure/test_compose.py).
+
+The marks come from hooks that allocate nothing and hold no tensor: forward pre-hooks on
+a period's first attention (``block.f``, which runs in the forward and again where
+checkpoint or reversible recompute it) and last feed-forward (``block.g``: a reversible
+backward rebuilds it first), and, in the forward, a gradient hook on a period's last
+output (it fires where backward enters the period). The parameters are registered period
+by period, in their usual order. The tracer counts FLOPs (flops.REGISTRY, as
+``FlopCounter``) in the same dispatch mode, and FakeTensorMode runs under
+``fakemode.light_dynamo`` (no torch._dynamo import).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._pytree import tree_leaves
+
+from attnprof.profiler.measure.fakemode import light_dynamo
+from attnprof.profiler.measure.flops import REGISTRY
+from attnprof.profiler.measure.tracker import ALLOC, CATEGORIES, FREE, MARK, OP, MemoryTracker, TensorInfo
+from attnprof.profiler.records import Point
+
+TRACED_PERIODS = 3  # first, one middle, last: the fewest that hold every kind of period
+PASSES = ("param", "fwd", "bwd")
+PROLOGUE = -1  # the period number of what a pass does before its first period (once in any stack)
+_MARK = "attnprof.period"  # label[0] of the marks this module puts into the trace
+
+
+class NotComposable(Exception):
+    """The traced stack does not compose to another depth; run every block instead."""
+
+
+# --- one run -----------------------------------------------------------------------------
+def drive(work, tracker: MemoryTracker, *, track_parameters: Optional[Callable[[], None]] = None,
+          phase: Callable[[str], None] = lambda name: None) -> None:
+    """What every accounting of a point runs inside its tracker: register the parameters
+    and inputs, forward, then backward and name the gradients. One function, so a real
+    run, the full-depth fake run (``accounting.account``) and the traced one
+    (``trace_point``) cannot drift apart. ``phase("forward")``/``phase("backward")`` is
+    called as each pass starts; ``track_parameters`` may register ``work.params`` itself,
+    in the same order."""
+    if track_parameters is None:
+        tracker.track(work.params, "parameters")
+    else:
+        track_parameters()
+    tracker.track([*work.inputs, work.dout], "inputs")  # dout: the upstream gradient, None if forward-only
+    phase("forward")
+    result = work.forward()  # the output (scope attention) or the loss (scope model)
+    if not work.point.forward_only:
+        phase("backward")
+        work.backward(result)
+        tracker.mark_gradients(work.grads())
+    del result
+
+
+# --- the tracer --------------------------------------------------------------------------
+class Tracer(MemoryTracker):
+    """The memory tracker with its event trace on, and FLOPs per op in the same dispatch
+    mode (one Python mode per op instead of two)."""
+
+    def __init__(self, count_flops: bool = True):
+        super().__init__(trace=True)
+        self.count_flops = count_flops
+        self.flops: dict[int, int] = {}  # trace position of an op's OP event -> its FLOPs
+        self.reads: dict[int, tuple] = {}  # trace position of an op's OP event -> serials it read
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        at = len(self.trace)
+        out = super().__torch_dispatch__(func, types, args, kwargs)
+        flops = 0
+        if self.count_flops:
+            formula = REGISTRY.get(getattr(func, "_overloadpacket", None))
+            if formula is not None:
+                flops = self.flops[at] = self.flops.get(at, 0) + int(formula(*args, **kwargs, out_val=out))
+        if flops or len(self.trace) > at + 1:  # an op that costs something: which storages it read
+            live = self._live
+            self.reads[at] = tuple(entry[0] for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)
+                                   and (entry := live.get(t.untyped_storage()._cdata)) is not None)
+        return out
+
+
+class _Marks:
+    """Puts a mark into the trace where each pass and each period in it starts; see the
+    module docstring. ``ok`` is False when the module is not a stack of blocks with
+    ``.f`` and ``.g`` whose parameters come first, block by block, in ``work.params``."""
+
+    def __init__(self, tracer: Tracer, work, period: int):
+        self.tracer, self.work, self.period = tracer, work, period
+        self.phase = "param"
+        self.handles: list = []
+        blocks = getattr(work.module, "blocks", None)
+        self.blocks = list(blocks) if isinstance(blocks, torch.nn.ModuleList) else []
+        in_blocks = [p for b in self.blocks for p in b.parameters()]
+        self.ok = (bool(self.blocks) and len(self.blocks) % period == 0
+                   and all(isinstance(getattr(b, name, None), torch.nn.Module) for b in self.blocks for name in "fg")
+                   and len(work.params) >= len(in_blocks)
+                   and all(a is b for a, b in zip(work.params, in_blocks)))
+        self.periods = len(self.blocks) // period if self.ok else 0
+        self.current = None  # the last mark's (pass, period)
+        if self.ok:
+            for j, block in enumerate(self.blocks):
+                if j % period == 0:
+                    self.handles.append(block.f.register_forward_pre_hook(self._entering(j // period)))
+                if j % period == period - 1:
+                    self.handles.append(block.register_forward_hook(self._leaving(j // period)))
+                    self.handles.append(block.g.register_forward_pre_hook(self._recomputing(j // period)))
+
+    def mark(self, pass_: str, k: int) -> None:
+        if (pass_, k) != self.current:
+            self.current = (pass_, k)
+            self.tracer.mark((_MARK, pass_, k))
+
+    def _entering(self, k: int):
+        """Before a period's first attention runs: in the forward, and where backward
+        recomputes it (checkpoint, reversible)."""
+        def hook(module, args):
+            if self.phase in ("fwd", "bwd"):
+                self.mark(self.phase, k)
+        return hook
+
+    def _recomputing(self, k: int):
+        """Before a period's last feed-forward runs again in backward: where a reversible
+        backward enters the period (it rebuilds each block g first, then f)."""
+        def hook(module, args):
+            if self.phase == "bwd":
+                self.mark("bwd", k)
+        return hook
+
+    def _leaving(self, k: int):
+        """After a period's last block ran forward: its output's gradient marks where
+        backward enters the period."""
+        def hook(module, args, out):
+            if self.phase == "fwd" and isinstance(out, torch.Tensor) and out.requires_grad and torch.is_grad_enabled():
+                out.register_hook(lambda grad: self.mark("bwd", k))
+        return hook
+
+    def track_parameters(self) -> None:
+        """``tracker.track(work.params)``, in the same order, a mark before each period's."""
+        if not self.ok:
+            self.tracer.track(self.work.params, "parameters")
+            return
+        self.mark("param", PROLOGUE)
+        count = 0
+        for j, block in enumerate(self.blocks):
+            if j % self.period == 0:
+                self.mark("param", j // self.period)
+            own = list(block.parameters())
+            self.tracer.track(own, "parameters")
+            count += len(own)
+        self.tracer.track(self.work.params[count:], "parameters")  # the final norm's
+
+    def start(self, phase: str) -> None:
+        self.phase = phase
+        if self.ok:
+            self.mark(phase, PROLOGUE)
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+
+
+@dataclass
+class Traced:
+    """One fake run with the tracer: the tracker's report, its trace, FLOPs per op."""
+
+    point: Point
+    peak_bytes: int
+    breakdown_bytes: dict
+    largest_at_peak: list
+    trace: list  # tracker event tuples up to the end of the run
+    flops: dict  # trace position -> FLOPs of the op whose OP event is there
+    reads: dict  # trace position -> serials the op whose OP event is there read (ops that cost something)
+    backward_at: int  # trace position where backward started (len(trace) if forward-only)
+    categories: dict  # serial -> category, as the tracker names it at the end
+    origins: dict  # serial -> (op, shape, dtype)
+    periods: int  # K, when the run is marked for composition; 0 otherwise
+    wall_ms: float = 0.0
+
+    @property
+    def flops_fwd(self) -> int:
+        return sum(f for at, f in self.flops.items() if at < self.backward_at)
+
+    @property
+    def flops_bwd(self) -> int:
+        return sum(f for at, f in self.flops.items() if at >= self.backward_at)
+
+
+def trace_point(point: Point, *, marks: bool = False, count_flops: bool = True, seed: int = 0) -> Traced:
+    """Run ``point`` once under FakeTensorMode with the tracer, exactly as
+    ``accounting.account(point, fake=True)`` runs it; ``marks`` cuts the trace into runs."""
+    from attnprof.profiler.measure.workload import Workload
+
+    start = time.perf_counter()
+    torch.manual_seed(seed)
+    with light_dynamo(), FakeTensorMode():
+        work = Workload(point, "cpu")
+        tracer = Tracer(count_flops)
+        marker = _Marks(tracer, work, point.spec.layer_period()) if marks and point.scope == "model" else None
+        backward_at = []
+
+        def phase(name: str) -> None:
+            if name == "backward":
+                backward_at.append(len(tracer.trace))
+            if marker is not None:
+                marker.start("fwd" if name == "forward" else "bwd")
+
+        try:
+            with tracer:
+                drive(work, tracer, track_parameters=marker.track_parameters if marker else None, phase=phase)
+                end = len(tracer.trace)
+        finally:
+            if marker is not None:
+                marker.remove()
+        report = tracer.report()
+        categories = {serial: tracer._category(serial) for serial in tracer._origin}
+        origins = dict(tracer._origin)
+    return Traced(point, report.peak_bytes, report.breakdown_bytes, report.largest_at_peak, tracer.trace[:end],
+                  tracer.flops, tracer.reads, backward_at[0] if backward_at else end, categories, origins,
+                  marker.periods if marker is not None and marker.ok else 0, (time.perf_counter() - start) * 1e3)
+
+
+# --- runs --------------------------------------------------------------------------------
+@dataclass
+class _Run:
+    tag: tuple  # (pass, period)
+    events: list = field(default_factory=list)  # ("A", i) | ("F", ref) | ("O", name, info, flops, reads) | ("M", label)
+    allocs: list = field(default_factory=list)  # i -> (nbytes, category, origin)
+    alloc_at: list = field(default_factory=list)  # i -> position of its ("A", i) in events
+    free_at: dict = field(default_factory=dict)  # reference -> position of the ("F", reference) freeing it
+
+    def signature(self, i: int) -> tuple:
+        return self.allocs[i]
+
+
+def _runs(traced: Traced) -> dict:
+    """(pass, period) -> _Run, references relative: ref = (pass, period offset, alloc index)."""
+    runs: list[_Run] = []
+    home: dict[int, tuple[int, int]] = {}  # serial -> (run index, alloc index)
+    seen = set()
+    current = None
+
+    def ref(serial):
+        if serial is None:
+            return None
+        if serial not in home:
+            raise NotComposable("a storage from before the trace")
+        r, i = home[serial]
+        tag = runs[r].tag
+        return (tag[0], tag[1] - current.tag[1], i)
+
+    for at, event in enumerate(traced.trace):
+        kind = event[0]
+        if at in traced.flops and kind != OP:  # an op with FLOPs but no OP event: it ran before this event
+            if current is None:
+                raise NotComposable("FLOPs before the first mark")
+            current.events.append(("O", None, None, traced.flops[at], ()))
+        if kind == MARK and isinstance(event[1], tuple) and event[1][:1] == (_MARK,):
+            tag = tuple(event[1][1:])
+            if current is None or tag != current.tag:
+                if tag in seen:
+                    raise NotComposable(f"run {tag} comes back after another run")
+                seen.add(tag)
+                current = _Run(tag)
+                runs.append(current)
+            continue
+        if current is None:
+            raise NotComposable("events before the first mark")
+        if kind == ALLOC:
+            serial, nbytes = event[1], event[2]
+            home[serial] = (len(runs) - 1, len(current.allocs))
+            current.alloc_at.append(len(current.events))
+            current.events.append(("A", len(current.allocs)))
+            current.allocs.append((nbytes, traced.categories.get(serial, "temporaries"), traced.origins.get(serial)))
+        elif kind == FREE:
+            current.events.append(("F", ref(event[1])))
+        elif kind == OP:
+            reads = tuple(ref(serial) for serial in traced.reads.get(at, ()))
+            current.events.append(("O", event[1], _encode_info(event[2], ref), traced.flops.get(at, 0), reads))
+        elif kind == MARK:
+            current.events.append(("M", event[1]))
+        else:
+            raise NotComposable(f"unknown trace event {kind!r}")
+    if any(at >= len(traced.trace) for at in traced.flops):
+        raise NotComposable("FLOPs after the last event")
+    for run in runs:
+        run.free_at = {event[1]: e for e, event in enumerate(run.events) if event[0] == "F"}
+    return {run.tag: run for run in runs}
+
+
+def _encode_info(info, ref):
+    """An OP event's info with each argument's serial as a relative reference."""
+    if info is None:
+        return None
+    if not (isinstance(info, dict) and isinstance(info.get("args"), list)
+            and all(a is None or isinstance(a, TensorInfo) for a in info["args"])):
+        raise NotComposable("an OP event's info is not in the known form")
+    args = tuple(None if a is None else (ref(a.serial), a.shape, a.stride, a.dtype, a.requires_grad)
+                 for a in info["args"])
+    return (bool(info.get("grad_enabled")), args)
+
+
+def _decode_info(encoded, serial_of):
+    if encoded is None:
+        return None
+    grad_enabled, args = encoded
+    return {"grad_enabled": grad_enabled,
+            "args": [None if a is None else TensorInfo(None if a[0] is None else serial_of(a[0]), *a[1:])
+                     for a in args]}
+
+
+def _refs(run: _Run):
+    """Every reference a run makes: its frees, and the storages its ops read (those that
+    allocate or count FLOPs) or describe."""
+    for event in run.events:
+        if event[0] == "F":
+            yield event[1]
+        elif event[0] == "O":
+            yield from event[4]
+            if event[2] is not None:
+                yield from (a[0] for a in event[2][1] if a is not None and a[0] is not None)
+
+
+# --- composition -------------------------------------------------------------------------
+@dataclass
+class _Summary:
+    net: int = 0  # bytes allocated minus freed over the run
+    net_by: dict = field(default_factory=dict)  # the same by category
+    top: int | None = None  # the highest point above the run's start, reached at an allocation
+    top_at: int = -1  # first event index where it is reached
+    top_by: dict = field(default_factory=dict)  # category deltas up to and including top_at
+    flops: int = 0
+    allocs: int = 0
+
+
+@dataclass
+class Composition:
+    """A traced stack, checked and summarised, ready to compose to any depth."""
+
+    traced: Traced
+    runs: dict  # (pass, period) -> _Run, at the traced depth
+    passes: tuple  # the passes present, in order
+    periods: int  # K of the trace
+    shape: dict = field(default_factory=dict)  # pass -> (has a prologue, periods ascending)
+    summaries: dict = field(default_factory=dict)  # (pass, period) -> _Summary
+
+    @classmethod
+    def of(cls, traced: Traced) -> "Composition":
+        if traced.periods != TRACED_PERIODS:
+            raise NotComposable(f"traced {traced.periods} periods, need {TRACED_PERIODS}")
+        runs = _runs(traced)
+        k = traced.periods
+        passes = tuple(dict.fromkeys(tag[0] for tag in runs))
+        shape = {}  # pass -> (has a prologue, periods ascending)
+        for p in passes:
+            periods = [tag[1] for tag in runs if tag[0] == p]
+            prologue = periods[0] == PROLOGUE
+            periods = periods[1:] if prologue else periods
+            if periods not in (list(range(k)), list(reversed(range(k)))):
+                raise NotComposable(f"pass {p} runs through periods {periods}, not 0..{k - 1} in one direction")
+            shape[p] = (prologue, periods[0] == 0)
+        comp = cls(traced, runs, passes, k, shape)
+        if list(runs) != comp.instances(k):
+            raise NotComposable(f"runs in the order {list(runs)}, not pass after pass")
+        comp._check()
+        return comp
+
+    def instances(self, k: int) -> list:
+        """Runs in the order they happen in a k-period stack."""
+        out = []
+        for p in self.passes:
+            prologue, ascending = self.shape[p]
+            out += [(p, PROLOGUE)] if prologue else []
+            out += [(p, c) for c in (range(k) if ascending else reversed(range(k)))]
+        return out
+
+    def _target(self, run: _Run, ref) -> _Run:
+        """The traced run a reference of a traced run names."""
+        return self.runs[(ref[0], run.tag[1] + ref[1])]
+
+    def _fixed(self, t: int) -> bool:
+        """Runs that happen once in a stack of any depth: a pass's prologue, the first and
+        the last period; the middle period (1) is the one that repeats."""
+        return t in (PROLOGUE, 0, self.periods - 1)
+
+    def _tau(self, c: int, k: int) -> int:
+        """The traced period that period c of a k-period stack repeats."""
+        return c if c in (PROLOGUE, 0) else self.periods - 1 if c == k - 1 else 1
+
+    def _resolve(self, c: int, ref, k: int) -> tuple:
+        """The composed run that a reference from period c of a k-period stack names: the
+        middle refers to its neighbours and to prologues; the runs that happen once to each
+        other and to the middle period next to them."""
+        t = self._tau(c, k)
+        target = t + ref[1]
+        if t == 1 and target != PROLOGUE:
+            return ref[0], c + ref[1]
+        if target == PROLOGUE or target == 0:
+            return ref[0], target
+        if target == self.periods - 1:
+            return ref[0], k - 1
+        return ref[0], 1 if t == 0 else k - 2  # the middle period next to the first or the last
+
+    def _check(self) -> None:
+        middle, last = 1, self.periods - 1
+        for run in self.runs.values():
+            t = run.tag[1]
+            frees = set(_frees(run))
+            for ref in _refs(run):
+                target = t + ref[1]
+                if ref[0] not in self.passes or (ref[0], target) not in self.runs:
+                    raise NotComposable(f"run {run.tag} refers to {ref}: no such run")
+                if t == middle:  # its own and its neighbours' storages; a prologue's, without freeing it
+                    fine = abs(ref[1]) <= 1 or (target == PROLOGUE and ref not in frees)
+                else:  # each other's, and the middle's next to it
+                    fine = self._fixed(target) or t in (0, last)
+                if not fine:
+                    raise NotComposable(f"run {run.tag} refers to {ref}: beyond its neighbours")
+            if t != middle:
+                # A run that happens once may name the other such runs (the loss, the output), but
+                # naming both the middle period and the far end of one pass is a loop over every
+                # period (e.g. an epilogue over all parameters): it would grow with depth.
+                for q in self.passes:
+                    named = {t + ref[1] for ref in _refs(run) if ref[0] == q} - {PROLOGUE, t}
+                    if middle in named and named - {middle}:
+                        raise NotComposable(f"run {run.tag} refers to periods {sorted(named)} of pass {q}: "
+                                            f"beyond its neighbours")
+        for p in self.passes:
+            mid = self.runs[(p, middle)]
+            for ref in set(_refs(mid)):
+                if ref[1] != 0 and mid.tag[1] + ref[1] != PROLOGUE:
+                    # a neighbour's storage: the middle's own at that place must look the same,
+                    # since a middle neighbour stands in for the first or last one
+                    own = self.runs[(ref[0], middle)]
+                    if ref[2] >= len(own.allocs) or self._target(mid, ref).signature(ref[2]) != own.signature(ref[2]):
+                        raise NotComposable(f"run {mid.tag} refers to {ref}, unlike its own storage there")
+            for edge, step in ((0, 1), (last, -1)):
+                # what the first (last) run frees of the middle period, the middle run must free
+                # of its next (previous) one: then every storage is freed exactly once
+                for q in self.passes:
+                    at_edge = {r[2] for r in _frees(self.runs[(p, edge)]) if r[0] == q and r[1] == step}
+                    in_middle = {r[2] for r in _frees(mid) if r[0] == q and r[1] == step}
+                    if at_edge != in_middle:
+                        raise NotComposable(f"runs {(p, edge)} and {mid.tag} free different storages of "
+                                            f"their neighbours in pass {q}")
+        self.summaries = {tag: self._summarise(run) for tag, run in self.runs.items()}
+        self._check_identity()
+
+    def _summarise(self, run: _Run) -> _Summary:
+        s = _Summary()
+        level, by = 0, {}
+        for at, event in enumerate(run.events):
+            if event[0] == "A":
+                nbytes, category, _ = run.allocs[event[1]]
+                level += nbytes
+                by[category] = by.get(category, 0) + nbytes
+                s.allocs += 1
+                if s.top is None or level > s.top:
+                    s.top, s.top_at, s.top_by = level, at, dict(by)
+            elif event[0] == "F":
+                nbytes, category, _ = self._target(run, event[1]).allocs[event[1][2]]
+                level -= nbytes
+                by[category] = by.get(category, 0) - nbytes
+            elif event[0] == "O":
+                s.flops += event[3]
+        s.net, s.net_by = level, by
+        return s
+
+    def _check_identity(self) -> None:
+        """Composed to the traced depth, the figures must be the tracker's own."""
+        t = self.traced
+        got = self.figures(self.periods)
+        want = (t.peak_bytes, t.breakdown_bytes, t.largest_at_peak, t.flops_fwd, t.flops_bwd)
+        if got != want:
+            raise NotComposable("composing the traced depth does not reproduce its own figures")
+
+    # --- the composed stack ---------------------------------------------------------------
+    def template(self, tag: tuple, k: int) -> tuple:
+        """The traced run that run ``tag`` of a k-period stack repeats."""
+        return tag[0], self._tau(tag[1], k)
+
+
+    def figures(self, k: int) -> tuple:
+        """(peak, breakdown at the peak, largest storages then, FLOPs fwd, FLOPs bwd) of a
+        stack of k periods."""
+        if k < self.periods:
+            raise ValueError(f"composes {self.periods} periods or more, not {k}")
+        instances = self.instances(k)
+        base, by, peak, at, peak_by = 0, {}, 0, None, {}
+        flops = {p: 0 for p in self.passes}
+        for r, tag in enumerate(instances):
+            s = self.summaries[self.template(tag, k)]
+            if s.top is not None and base + s.top > peak:
+                peak, at = base + s.top, (r, s.top_at)
+                peak_by = _plus(by, s.top_by)
+            base += s.net
+            by = _plus(by, s.net_by)
+            flops[tag[0]] += s.flops
+        breakdown = {c: peak_by.get(c, 0) for c in CATEGORIES}
+        largest = self._largest(instances, k, at) if at is not None else []
+        fwd = sum(v for p, v in flops.items() if p != "bwd")
+        return peak, breakdown, largest, fwd, flops.get("bwd", 0)
+
+    def _largest(self, instances: list, k: int, at: tuple, count: int = 5) -> list:
+        """The ``count`` biggest storages live at the peak, biggest first, ties by age, as
+        ``MemoryTracker.largest_at_peak`` lists them."""
+        index = {tag: r for r, tag in enumerate(instances)}
+        offsets, total = {}, 0
+        for tag in instances:
+            offsets[tag] = total
+            total += self.summaries[self.template(tag, k)].allocs
+        peak_r, peak_e = at
+        candidates = []
+        for r, tag in enumerate(instances[:peak_r + 1]):
+            run = self.runs[self.template(tag, k)]
+            found = 0
+            for i in sorted(range(len(run.allocs)), key=lambda i: (-run.allocs[i][0], i)):
+                if r == peak_r and run.alloc_at[i] > peak_e:
+                    continue
+                if self._freed_before(tag, i, k, index, at):
+                    continue
+                candidates.append((-run.allocs[i][0], offsets[tag] + i, run.allocs[i]))
+                found += 1
+                if found == count:
+                    break
+        out = []
+        for _, _, (nbytes, category, origin) in sorted(candidates)[:count]:
+            op, shape, dtype = origin or ("", (), "")
+            out.append({"op": op or "(existing)", "shape": list(shape), "dtype": dtype, "category": category,
+                        "bytes": nbytes})
+        return out
+
+    def _freed_before(self, tag: tuple, i: int, k: int, index: dict, at: tuple) -> bool:
+        """Whether storage i of run ``tag`` (composed) is freed before position ``at``."""
+        c, traced = tag[1], self._tau(tag[1], k)
+        for p in self.passes:
+            for c_f in {c - 1, c, c + 1, PROLOGUE, 0, k - 1}:
+                freeing = (p, c_f)
+                if freeing not in index:
+                    continue
+                ref = (tag[0], traced - self._tau(c_f, k), i)
+                if self._resolve(c_f, ref, k) != tag:
+                    continue
+                e = self.runs[self.template(freeing, k)].free_at.get(ref)
+                if e is not None and (index[freeing], e) < at:
+                    return True
+        return False
+
+    def events(self, k: int):
+        """The composed event sequence of a k-period stack, as the tracker would record it
+        (serials renumbered in allocation order, this module's marks left out), each OP
+        event followed by nothing else: FLOPs come as a parallel ``(position, flops)``."""
+        instances = self.instances(k)
+        offsets, total = {}, 0
+        for tag in instances:
+            offsets[tag] = total
+            total += self.summaries[self.template(tag, k)].allocs
+        out, flops = [], {}
+        for tag in instances:
+            run = self.runs[self.template(tag, k)]
+
+            def serial_of(ref, c=tag[1]):
+                return offsets[self._resolve(c, ref, k)] + ref[2] + 1
+
+            for event in run.events:
+                if event[0] == "A":
+                    nbytes, _, origin = run.allocs[event[1]]
+                    out.append((ALLOC, offsets[tag] + event[1] + 1, nbytes, (origin or ("",))[0]))
+                elif event[0] == "F":
+                    out.append((FREE, serial_of(event[1])))
+                elif event[0] == "O":
+                    if event[1] is not None:
+                        out.append((OP, event[1], _decode_info(event[2], serial_of)))
+                    if event[3]:
+                        flops[len(out) - 1] = flops.get(len(out) - 1, 0) + event[3]
+                else:
+                    out.append((MARK, event[1]))
+        return out, flops
+
+
+def _frees(run: _Run) -> list:
+    return [event[1] for event in run.events if event[0] == "F"]
+
+
+def _plus(a: dict, b: dict) -> dict:
+    out = dict(a)
+    for key, value in b.items():
+        out[key] = out.get(key, 0) + value
+    return out

@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""How long `attnprof predict` takes, in units of `python -c "import torch"` on the same
+machine in the same run (interleaved rounds, medians), so a busy machine slows all alike:
+
+- one tiny point:   predict --variant sdpa --mode plain --seq-len 256 --d-model 64 --heads 2 --layers 1
+- 18 points at 64K: predict --d-model 1024 --heads 16 --layers 12 --dtype bf16   (every variant x mode)
+- the frontier:     the same with --budget 80GiB (18 series, longest power of two that fits)
+
+Headline figures start from an empty prediction cache (a fresh ATTNPROF_CACHE_DIR per
+run); the warm figures repeat the same command on the cache the cold run left. Goals:
+tiny <= 1.5x, 18 points <= 2.5x, frontier <= 6x (cold).
+
+    .venv/bin/python scripts/bench_predict.py [--rounds 3] [--skip-frontier]
+
+A benchmark, not a test: the exactness of every fast prediction is tested in
+tests/profiler/measure/test_compose.py. Prints the load average (os.getloadavg) before
+and after, and the machine's cores: other work on the machine shows up in the spread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+MODEL = ["--d-model", "1024", "--heads", "16", "--layers", "12", "--dtype", "bf16"]
+CASES = {  # name -> (attnprof predict arguments, goal in units of import torch)
+    "tiny point": (["--variant", "sdpa", "--mode", "plain", "--seq-len", "256", "--d-model", "64", "--heads", "2",
+                    "--layers", "1"], 1.5),
+    "18 points at 64K": (MODEL, 2.5),
+    "frontier 80GiB, 18 series": (MODEL + ["--budget", "80GiB"], 6.0),
+}
+
+
+def attnprof_command() -> list[str]:
+    script = Path(sys.executable).parent / "attnprof"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "attnprof"]
+
+
+def wall_s(cmd: list[str], cache: str | None = None) -> float:
+    env = dict(os.environ)
+    if cache is not None:
+        env["ATTNPROF_CACHE_DIR"] = cache
+    started = time.perf_counter()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    return time.perf_counter() - started
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median of each)")
+    parser.add_argument("--skip-frontier", action="store_true", help="leave out the --budget case (the slowest)")
+    args = parser.parse_args()
+    cases = {k: v for k, v in CASES.items() if not (args.skip_frontier and "frontier" in k)}
+    predict = [*attnprof_command(), "predict"]
+    torch_cmd = [sys.executable, "-c", "import torch"]
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="attnprof-bench-") as tmp:
+        wall_s(torch_cmd)  # warm the file cache and .pyc files; not counted
+        wall_s([*predict, *CASES["tiny point"][0]], cache=os.path.join(tmp, "warmup"))
+        times: dict[str, list[float]] = {"python -c 'import torch'": []}
+        for name in cases:
+            times[name] = []
+            times[name + " (warm cache)"] = []
+        for r in range(args.rounds):
+            times["python -c 'import torch'"].append(wall_s(torch_cmd))
+            for i, (name, (argv, _)) in enumerate(cases.items()):
+                cache = os.path.join(tmp, f"round{r}-case{i}")  # empty: a cold cache
+                times[name].append(wall_s([*predict, *argv], cache=cache))
+                times[name + " (warm cache)"].append(wall_s([*predict, *argv], cache=cache))
+    load_after = os.getloadavg()
+    torch_s = statistics.median(times["python -c 'import torch'"])
+    ok = True
+    print(f"{'command':<40} {'median s':>9} {'min s':>7} {'max s':>7} {'x torch':>8}  goal")
+    for name, samples in times.items():
+        median = statistics.median(samples)
+        goal = cases.get(name, (None, None))[1]
+        ratio = median / torch_s
+        verdict = "" if goal is None else (f"<= {goal}  " + ("ok" if ratio <= goal else "MISSED"))
+        ok &= goal is None or ratio <= goal
+        print(f"{name:<40} {median:9.2f} {min(samples):7.2f} {max(samples):7.2f} {ratio:8.2f}  {verdict}")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    print(f"\n{args.rounds} rounds; {cores} cores; load average (1, 5, 15 min) before "
+          f"{', '.join(f'{x:.2f}' for x in load_before)}, after {', '.join(f'{x:.2f}' for x in load_after)}")
+    print("commands: attnprof predict " + " | ".join(" ".join(argv) for argv, _ in cases.values()))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""The tracker's opt-in allocation trace, and a trace recorded for a point."""
+
+import torch
+import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from attnprof.profiler.gpu.allocator import CachingAllocator
+from attnprof.profiler.gpu.kernels import substitute
+from attnprof.profiler.gpu.model import replay
+from attnprof.profiler.gpu.table import get_gpu
+from attnprof.profiler.gpu.trace import record_trace
+from attnprof.profiler.measure.accounting import predict
+from attnprof.profiler.measure.tracker import ALLOC, FREE, MARK, OP, MemoryTracker
+from attnprof.profiler.records import Point, Shape
+
+MiB = 1 << 20
+
+
+def test_the_trace_is_off_by_default_and_changes_no_figure():
+    def run(**kw):
+        with MemoryTracker(**kw) as t:
+            a = torch.empty(MiB // 4)
+            b = a + 1
+            del a
+            c = b * 2
+            del b, c
+        return t
+
+    off, on = run(), run(trace=True)
+    assert off.trace is None
+    assert (off.peak_bytes, off.current_bytes) == (on.peak_bytes, on.current_bytes) == (2 * MiB, 0)
+    kinds = [e[0] for e in on.trace]
+    assert kinds == [OP, ALLOC, OP, ALLOC, FREE, OP, ALLOC, FREE, FREE]
+    ops = [e[1] for e in on.trace if e[0] == OP]
+    assert ops == ["empty.memory_format", "add.Tensor", "mul.Tensor"]
+    allocs = [e for e in on.trace if e[0] == ALLOC]
+    assert [e[2] for e in allocs] == [MiB] * 3 and allocs[1][3] == "add.Tensor"
+    frees = [e[1] for e in on.trace if e[0] == FREE]
+    assert frees == [allocs[0][1], allocs[1][1], allocs[2][1]]  # a, then b, then c: in the order they died
+
+
+def test_sdpa_ops_carry_their_arguments_and_markers_are_kept():
+    with FakeTensorMode():
+        q, k, v = (torch.randn(1, 2, 128, 64, requires_grad=True) for _ in range(3))
+        dout = torch.randn(1, 2, 128, 64)
+        with MemoryTracker(trace=True) as t:
+            t.track([q, k, v, dout], "inputs")
+            o = F.scaled_dot_product_attention(q, k, v)
+            t.mark("backward")
+            o.backward(dout)
+    ops = {e[1].split(".")[0]: e for e in t.trace if e[0] == OP}
+    fwd = ops["_scaled_dot_product_flash_attention_for_cpu"]
+    bwd = ops["_scaled_dot_product_flash_attention_for_cpu_backward"]
+    assert fwd[2]["grad_enabled"] and [a.serial for a in fwd[2]["args"][:3]] == [1, 2, 3]
+    q_info = fwd[2]["args"][0]
+    assert q_info.shape == (1, 2, 128, 64) and q_info.stride == (16384, 8192, 64, 1) and q_info.dtype == "float32"
+    assert q_info.requires_grad and bwd[2]["args"][0].serial == 4  # grad_out is dout
+    assert (MARK, "backward") in t.trace
+    i = t.trace.index(fwd)
+    assert [e[0] for e in t.trace[i + 1:i + 3]] == [ALLOC, ALLOC]  # out, logsumexp right after their op
+    assert t.trace[i + 2][2] == 1 * 2 * 128 * 4  # logsumexp: [B, H, n] fp32 on the CPU too
+    others = [e for e in t.trace if e[0] == OP and "scaled_dot_product" not in e[1]]
+    assert others and all(e[2] is None for e in others)  # only SDPA ops are described
+
+
+def _point(variant="sdpa", scope="model", mode="plain", n=512, dtype="float32", layers=2, forward_only=False):
+    return Point(variant, mode, scope, Shape(seq_len=n, batch=1, d_model=64, heads=2, layers=layers, dtype=dtype),
+                 forward_only)
+
+
+def test_a_points_trace_has_the_predicted_peak_and_replays_to_it():
+    """Without substitution, requested bytes replayed through the allocator follow the
+    tracker's live bytes exactly: the trace loses nothing."""
+    gpu = get_gpu("a100-80gb")
+    for point in (_point(), _point("full", "attention", "none", n=256), _point(mode="checkpoint", dtype="bfloat16"),
+                  _point(forward_only=True)):
+        trace = record_trace(point)
+        assert trace.tensor_peak_bytes == predict(point, exact=True, count_flops=False).peak_bytes, point
+        plain = substitute(trace.events, gpu, "math", cublas=False)
+        assert plain.events == trace.events  # nothing to substitute
+        r = replay(plain.events, CachingAllocator())
+        assert r.tensor_peak_bytes == trace.tensor_peak_bytes, point
+        assert r.tensor_peak_bytes <= r.allocated_peak_bytes <= r.reserved_peak_bytes
+        assert trace.counts[ALLOC] > 10 and (MARK in trace.counts) != point.forward_only
+
+
+def test_sdpa_math_trace_has_no_cpu_flash_op_and_a_quadratic_peak():
+    flash, math_ = record_trace(_point(n=1024)), record_trace(_point(n=1024), sdpa_math=True)
+    names = lambda t: {e[1].split(".")[0] for e in t.events if e[0] == OP}  # noqa: E731
+    assert "_scaled_dot_product_flash_attention_for_cpu" in names(flash)
+    assert "_scaled_dot_product_flash_attention_for_cpu" not in names(math_) and "bmm" in names(math_)
+    assert math_.tensor_peak_bytes > flash.tensor_peak_bytes + 2 * 1024 * 1024 * 4  # n x n fp32 scores, per head

@@ -1,0 +1,49 @@
+"""FakeTensorMode without importing torch._dynamo: a prediction loads none of it, and the
+real package still imports and works afterwards, in the same process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+CODE = r"""
+import sys
+import torch
+from attnprof.profiler.measure.accounting import predict
+from attnprof.profiler.measure.fakemode import is_real_dynamo_loaded
+from attnprof.profiler.records import Point, Shape
+
+for mode in ("plain", "checkpoint", "reversible"):  # checkpoint's functions are wrapped by _disable_dynamo too
+    predict(Point("sdpa", mode, "model", Shape(batch=1, seq_len=64, d_model=32, heads=2, layers=2)))
+print("after predictions:", is_real_dynamo_loaded(), "torch._dynamo" in sys.modules,
+      "torch._dynamo.config" in sys.modules)
+
+from torch.utils.checkpoint import checkpoint
+wrapped = [f for f in vars(torch.utils.checkpoint).values() if hasattr(f, "__wrapped__")]
+print("cached passthroughs:", sum("__dynamo_disable" in vars(f.__wrapped__) for f in wrapped))
+
+import torch._dynamo  # the real package, adopting the config module the stand-in loaded
+print("real:", is_real_dynamo_loaded(), torch._dynamo.config is sys.modules["torch._dynamo.config"],
+      callable(torch._dynamo.disable), hasattr(torch._dynamo, "optimize"))
+predict(Point("sdpa", "checkpoint", "model", Shape(batch=1, seq_len=64, d_model=32, heads=2, layers=2)))
+print("still predicts")
+"""
+
+
+def test_predictions_do_not_import_dynamo_and_it_still_imports_after(tmp_path):
+    out = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True, check=True,
+                         env={**os.environ, "ATTNPROF_CACHE_DIR": str(tmp_path)}).stdout.splitlines()
+    assert out == ["after predictions: False False True", "cached passthroughs: 0", "real: True True True True",
+                   "still predicts"]
+
+
+def test_with_dynamo_already_imported_nothing_changes():
+    import torch._dynamo
+
+    from attnprof.profiler.measure.fakemode import light_dynamo
+
+    before = sys.modules["torch._dynamo"]
+    with light_dynamo():
+        assert sys.modules["torch._dynamo"] is before
+    assert sys.modules["torch._dynamo"] is before and torch._dynamo is before
