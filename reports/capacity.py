@@ -362,12 +362,7 @@ def _read_gpu_cache(run_dir: Path | None) -> dict:
 
 
 def _write_gpu_cache(run_dir: Path | None, cache: dict) -> None:
-    if not run_dir or not cache:
-        return
-    try:
-        (Path(run_dir) / GPU_CACHE_FILE).write_text(json.dumps(cache, indent=0), encoding="utf-8")
-    except OSError:  # a read-only run folder: the report still renders, only slower next time
-        pass
+    _write_json(run_dir, GPU_CACHE_FILE, cache)
 
 
 def add_gpu_predictions(run_dir: Path, gpus: list, entries: dict) -> None:
@@ -467,13 +462,18 @@ def _read_cache(run_dir: Path | None) -> dict:
     return {k: v for k, v in data.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
-def _write_cache(run_dir: Path | None, cache: dict) -> None:
+def _write_json(run_dir: Path | None, name: str, cache: dict) -> None:
+    """Write a render cache into the run folder; nothing to write, or no folder, writes nothing."""
     if not run_dir or not cache:
         return
     try:
-        (Path(run_dir) / CACHE_FILE).write_text(json.dumps(cache, indent=0), encoding="utf-8")
+        (Path(run_dir) / name).write_text(json.dumps(cache, indent=0), encoding="utf-8")
     except OSError:  # a read-only run folder: the report still renders, only slower next time
         pass
+
+
+def _write_cache(run_dir: Path | None, cache: dict) -> None:
+    _write_json(run_dir, CACHE_FILE, cache)
 
 
 def add_predictions(run_dir: Path, entries: dict) -> None:

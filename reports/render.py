@@ -131,9 +131,15 @@ def _sections(run: Run, cap: Capacity, base: Run | None, images: dict) -> list[p
     return sections
 
 
-def _fits(frame, cap: Capacity) -> str:
+def _fit_counts(cap: Capacity) -> tuple[int, int]:
+    """How many fit figures the capacity holds, and how many of them are extrapolated."""
     total = sum(len(f) for f in cap.fits.values())
     extrapolated = sum(1 for fits in cap.fits.values() for f in fits.values() if f and not f.verified)
+    return total, extrapolated
+
+
+def _fits(frame, cap: Capacity) -> str:
+    total, extrapolated = _fit_counts(cap)
     note = (f"Longest power-of-two length whose predicted peak tensor memory fits each budget, at this run's "
             f"shape, searched up to 1M tokens. Prediction is exact tensor accounting under fake tensors; the "
             f"CUDA context (some hundreds of MiB), allocator caching and fragmentation come on top, so keep a "
@@ -150,8 +156,7 @@ def _fits(frame, cap: Capacity) -> str:
 
 def _gpu_fits(frame, cap: Capacity) -> str:
     """Per named GPU: the longest length whose GPU-model total fits its memory."""
-    total = sum(len(f) for f in cap.fits.values())
-    extrapolated = sum(1 for fits in cap.fits.values() for f in fits.values() if f and not f.verified)
+    total, extrapolated = _fit_counts(cap)
     note = (f"{GPU_MODEL[0].upper()}{GPU_MODEL[1:]}: the longest power-of-two length whose modelled GPU total fits "
             f"each named GPU's memory (nvidia-smi memory.total), at this run's shape, searched up to 1M tokens. "
             f"Modelled total = CUDA context + the peak reserved by a simulated CUDA caching allocator replaying "

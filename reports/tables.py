@@ -111,6 +111,19 @@ def _flatten(data, prefix: str = "") -> dict:
     return out
 
 
+def _longest(fits: list) -> list:
+    """From (series, mode, fit) triples: the longest length's cell (italic when any of its
+    figures is extrapolated) and who reaches it, as "variant (modes); ..."."""
+    best = max(f.length for *_, f in fits)
+    who = [(s, p, f) for s, p, f in fits if f.length == best]
+    modes: dict[str, list[str]] = {}
+    for s, p, _ in who:
+        modes.setdefault(s, []).append(p)
+    verified = all(f.verified for *_, f in who)
+    text = fit_text(who[0][2]) + ("" if verified else " (extrapolated)")
+    return [(text, "" if verified else "pred"), "; ".join(f"{s} ({', '.join(ps)})" for s, ps in modes.items())]
+
+
 def fits_summary(frame: pd.DataFrame, cap: Capacity) -> str:
     """Per budget: the longest length any series × mode reaches, and who reaches it."""
     rows = []
@@ -120,15 +133,7 @@ def fits_summary(frame: pd.DataFrame, cap: Capacity) -> str:
         if not fits:
             rows.append([f"{budget:g} GiB", gpus, "?", ""])
             continue
-        best = max(f.length for *_, f in fits)
-        who = [(s, p, f) for s, p, f in fits if f.length == best]
-        modes: dict[str, list[str]] = {}
-        for s, p, _ in who:
-            modes.setdefault(s, []).append(p)
-        names = "; ".join(f"{s} ({', '.join(ps)})" for s, ps in modes.items())
-        verified = all(f.verified for *_, f in who)
-        text = fit_text(who[0][2]) + ("" if verified else " (extrapolated)")
-        rows.append([f"{budget:g} GiB", gpus, (text, "" if verified else "pred"), names])
+        rows.append([f"{budget:g} GiB", gpus, *_longest(fits)])
     return table(["budget", "about the memory of", "longest length", "reached by: variant (modes)"], rows,
                  cls="summary", text_cols=(1, 3))
 
@@ -144,15 +149,7 @@ def gpu_fits_summary(frame: pd.DataFrame, cap: Capacity) -> str:
         if not fits:
             rows.append(head + ["?", ""])
             continue
-        best = max(f.length for *_, f in fits)
-        who = [(s, p, f) for s, p, f in fits if f.length == best]
-        modes: dict[str, list[str]] = {}
-        for s, p, _ in who:
-            modes.setdefault(s, []).append(p)
-        verified = all(f.verified for *_, f in who)
-        text = fit_text(who[0][2]) + ("" if verified else " (extrapolated)")
-        rows.append(head + [(text, "" if verified else "pred"),
-                            "; ".join(f"{s} ({', '.join(ps)})" for s, ps in modes.items())])
+        rows.append(head + _longest(fits))
     return table(["GPU", "name", "memory", f"longest length, {GPU_MODEL}", "reached by: variant (modes)"], rows,
                  cls="summary gpu-model", text_cols=(1, 4))
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -69,3 +70,19 @@ def ci_records(variants=CI_VARIANTS, modes=CI_MODES, lengths=CI_LENGTHS, **kw):
 def ci_run(tmp_path) -> Path:
     """A ci-sized run: 3 lengths x 6 variants x 3 modes, one OOM."""
     return write_run(tmp_path / "run", ci_records())
+
+
+class Page(HTMLParser):
+    """Tags, attributes and the text a browser would show."""
+
+    def __init__(self, text):
+        super().__init__(convert_charrefs=True)
+        self.tags, self.attrs, self.text = [], [], []
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        self.attrs += attrs
+
+    def handle_data(self, data):
+        self.text.append(data)

@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-from html.parser import HTMLParser
 
 import pytest
 
@@ -26,7 +25,7 @@ from attnprof.reports.data import load
 from attnprof.reports.render import render_report
 from attnprof.scenarios.scenario import Scenario
 
-from conftest import synthetic_record, write_run
+from conftest import Page, synthetic_record, write_run
 
 MiB = 1 << 20
 LENGTHS = [1 << e for e in range(MIN_EXP, MAX_EXP + 1)]  # what the report searches: 16 .. 1M
@@ -237,20 +236,6 @@ def test_a_cache_is_used_only_for_the_same_gpu_and_never_trusted_blindly(tmp_pat
         (run.path / GPU_CACHE_FILE).write_text(junk, encoding="utf-8")
         fresh = capacity(run.frame, run.path, seconds=60, gpus=gpus)
         assert fresh.calls > 0 and not fresh.problems
-
-
-class Page(HTMLParser):
-    def __init__(self, text):
-        super().__init__(convert_charrefs=True)
-        self.tags, self.attrs, self.text = [], [], []
-        self.feed(text)
-
-    def handle_starttag(self, tag, attrs):
-        self.tags.append(tag)
-        self.attrs += attrs
-
-    def handle_data(self, data):
-        self.text.append(data)
 
 
 def test_hostile_strings_in_a_gpu_file_are_text_in_the_page(tmp_path):

@@ -4,34 +4,17 @@ files that are not what they claim give one line and exit 2, never a traceback."
 import json
 import subprocess
 import sys
-from html.parser import HTMLParser
 
 import pytest
 
 from attnprof.reports.data import ReportError, check_records
 from attnprof.reports.render import render_report
 
-from conftest import MANIFEST, ci_records, synthetic_record, write_run
+from conftest import MANIFEST, Page, ci_records, synthetic_record, write_run
 
 HOSTILE = ["`<img src=x onerror=alert(1)>`", "a|b", "x``y`", "line\nbreak", "q\"uo'te", "</th><script>x</script>",
            "cost $\\frac{1}{2}$", "&amp; &lt;"]
 DEEP = "[" * 200_000 + "]" * 200_000
-
-
-class Page(HTMLParser):
-    """Tags, attributes and the text a browser would show."""
-
-    def __init__(self, text):
-        super().__init__(convert_charrefs=True)
-        self.tags, self.attrs, self.text = [], [], []
-        self.feed(text)
-
-    def handle_starttag(self, tag, attrs):
-        self.tags.append(tag)
-        self.attrs += attrs
-
-    def handle_data(self, data):
-        self.text.append(data)
 
 
 def test_hostile_labels_reasons_and_names_are_text_everywhere(tmp_path):

@@ -63,13 +63,11 @@ def test_two_buckets_one_round_equals_full_attention(causal):
         torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("causal", [True, False])
-def test_rounds_combine_as_one_softmax_over_every_key_seen(causal):
-    # n = 2c, two rounds with opposite rotations: round 0 sorts group P (x.r > 0) then Q,
-    # round 1 sorts Q then P. Chunks: P|Q|Q|P. A query in P sees P+P (chunk 0 wraps to
-    # chunk 3) then P+Q; one in Q sees Q+P then Q+Q. Rounds weighted by their softmax mass
-    # equal one softmax over that multiset: own group 3 times, the other group once.
-    m = make(n_hashes=2, bucket_size=4, causal=causal)
+def _two_rounds_p_q(causal, **options):
+    """n = 2c keys in groups P and Q, two rounds with opposite rotations (see
+    test_rounds_combine_as_one_softmax_over_every_key_seen): the module's output, the dense
+    logits (causal mask, self-attention -1e5), the P membership and the values."""
+    m = make(n_hashes=2, bucket_size=4, causal=causal, **options)
     r = torch.randn(8, dtype=torch.float64)
     qk = torch.randn(1, 2, 8, 8, dtype=torch.float64)
     in_p = torch.tensor([1, 0, 1, 0, 0, 1, 1, 0], dtype=torch.bool)
@@ -83,6 +81,16 @@ def test_rounds_combine_as_one_softmax_over_every_key_seen(causal):
     if causal:
         logits = logits.masked_fill(j > i, torch.finfo(logits.dtype).min)
     logits = logits.masked_fill(i == j, -1e5)
+    return got, logits, in_p, v
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_rounds_combine_as_one_softmax_over_every_key_seen(causal):
+    # n = 2c, two rounds with opposite rotations: round 0 sorts group P (x.r > 0) then Q,
+    # round 1 sorts Q then P. Chunks: P|Q|Q|P. A query in P sees P+P (chunk 0 wraps to
+    # chunk 3) then P+Q; one in Q sees Q+P then Q+Q. Rounds weighted by their softmax mass
+    # equal one softmax over that multiset: own group 3 times, the other group once.
+    got, logits, in_p, v = _two_rounds_p_q(causal)
     seen = (in_p[:, None] == in_p[None, :]).double() * 2 + 1  # (n, n) multiplicities: 3 or 1
     want = (logits + seen.log()).softmax(dim=-1) @ v
     torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
@@ -324,20 +332,7 @@ def test_dedup_turns_the_two_round_multiset_into_dense_attention(causal):
     # The construction of test_rounds_combine_as_one_softmax_over_every_key_seen: without
     # dedup the own group counts 3 times and the other once; with it every key counts once,
     # which over n = 2c keys is plain dense attention.
-    m = make(n_hashes=2, bucket_size=4, causal=causal, dedup=True)
-    r = torch.randn(8, dtype=torch.float64)
-    qk = torch.randn(1, 2, 8, 8, dtype=torch.float64)
-    in_p = torch.tensor([1, 0, 1, 0, 0, 1, 1, 0], dtype=torch.bool)
-    qk = qk * torch.where(in_p[:, None] == (qk @ r > 0)[..., None], 1.0, -1.0)
-    v = torch.randn(1, 2, 8, 8, dtype=torch.float64)
-    m.rotations = torch.stack([r, -r], dim=1).unsqueeze(-1)  # (dh, r=2, nb/2=1)
-    with m.replay_hashes():
-        got = m.core(qk, qk, v)
-    logits = qk @ (qk / qk.norm(dim=-1, keepdim=True)).transpose(-1, -2) / math.sqrt(8)
-    i, j = torch.arange(8)[:, None], torch.arange(8)[None, :]
-    if causal:
-        logits = logits.masked_fill(j > i, torch.finfo(logits.dtype).min)
-    logits = logits.masked_fill(i == j, -1e5)
+    got, logits, _, v = _two_rounds_p_q(causal, dedup=True)
     torch.testing.assert_close(got, logits.softmax(dim=-1) @ v, rtol=1e-10, atol=1e-12)
 
 
