@@ -86,6 +86,16 @@ def check_point(point: dict, where: str) -> None:
 UNREADABLE = (ValueError, RecursionError, MemoryError, TypeError)
 
 
+def _read_or_refuse(path: Path, name: str, read):
+    """``read(path)``, or a GateError naming the file when it cannot be read or decoded."""
+    try:
+        return read(path)
+    except OSError as exc:
+        raise GateError(f"run {path}: cannot read {name}: {exc.strerror or exc}") from None
+    except UNREADABLE as exc:
+        raise GateError(f"run {path}: {name} is unreadable: {type(exc).__name__}: {exc}") from None
+
+
 def read_run(run_dir: str | Path) -> Snapshot:
     """A run folder as the gate sees it; the last record of a point wins (as in load_run)."""
     path = Path(run_dir)
@@ -93,18 +103,8 @@ def read_run(run_dir: str | Path) -> Snapshot:
         raise GateError(f"run folder not found: {path}")
     if not (path / RESULTS_FILE).is_file():
         raise GateError(f"no results in {path}: {RESULTS_FILE} is missing (did the sweep run?)")
-    try:
-        records = read_records(path)
-    except OSError as exc:
-        raise GateError(f"run {path}: cannot read {RESULTS_FILE}: {exc.strerror or exc}") from None
-    except UNREADABLE as exc:
-        raise GateError(f"run {path}: {RESULTS_FILE} is unreadable: {type(exc).__name__}: {exc}") from None
-    try:
-        manifest = read_manifest(path)
-    except OSError as exc:
-        raise GateError(f"run {path}: cannot read {MANIFEST_FILE}: {exc.strerror or exc}") from None
-    except UNREADABLE as exc:
-        raise GateError(f"run {path}: {MANIFEST_FILE} is unreadable: {type(exc).__name__}: {exc}") from None
+    records = _read_or_refuse(path, RESULTS_FILE, read_records)
+    manifest = _read_or_refuse(path, MANIFEST_FILE, read_manifest)
     if not records:
         raise GateError(f"no results in {path}: {RESULTS_FILE} holds no complete record")
     for i, record in enumerate(records, 1):
