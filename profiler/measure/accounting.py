@@ -8,10 +8,9 @@ import time
 from dataclasses import dataclass, field, replace
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
 
 from attnprof.profiler.measure import cache as prediction_cache
-from attnprof.profiler.measure.compose import TRACED_PERIODS, Composition, NotComposable, drive, trace_point
+from attnprof.profiler.measure.compose import TRACED_PERIODS, Composition, NotComposable, TooBig, drive, trace_point
 from attnprof.profiler.measure.flops import FlopCounter
 from attnprof.profiler.records import Point
 from attnprof.profiler.measure.tracker import MemoryTracker
@@ -27,6 +26,7 @@ class Accounting:
     flops_bwd: int = 0
     wall_ms: float = 0.0  # how long the accounting itself took
     method: str = "exact"  # every layer ran; or "composed from L=a" (see predict)
+    op_costs: list = field(default_factory=list)  # [pass, op, flops, bytes read, bytes written, count] (prediction)
     cached: bool = False  # read back from the persistent prediction cache
 
 
@@ -37,6 +37,8 @@ def account(point: Point, *, fake: bool, device: str = "cpu", count_flops: bool 
     parameters and inputs (../shared/NOTES.md). With ``fake`` this is the plain full-depth
     fake-tensor run that every fast prediction (``predict``) must equal to the byte.
     """
+    from torch._subclasses.fake_tensor import FakeTensorMode  # imported when needed: sympy, ~0.3 s
+
     start = time.perf_counter()
     torch.manual_seed(seed)
     outer = FakeTensorMode() if fake else contextlib.nullcontext()
@@ -90,8 +92,47 @@ def predict(point: Point, *, count_flops: bool = True, exact: bool = False) -> A
     return acc
 
 
+# A point this small is predicted by running it on real CPU tensors: the same tracker and
+# the same figures (tested), in milliseconds, without importing the fake-tensor machinery
+# (sympy and torch's meta kernels: ~0.8 s). SMALL_POINT_BYTES bounds what its tensors could
+# need before it runs (small_point); the tracker stops it at REAL_LIMIT_BYTES anyway.
+SMALL_POINT_BYTES = 64 << 20
+REAL_LIMIT_BYTES = 256 << 20
+
+
+def small_point(point: Point) -> bool:
+    """Whether ``point`` is predicted by a real run: a built-in variant in float32 whose
+    attention scores, counted generously, fit in SMALL_POINT_BYTES. The bound takes every
+    score matrix as n x n per head, layer and sequence, in 8-byte elements, times the
+    largest integer option (hash rounds, bucket or block sizes) and the feed-forward's
+    n x d_ff activations: far above what any built-in variant allocates.
+
+    float32 only: there the real CPU kernels and torch's fake ones agree on every output
+    layout, so the two runs record the same ops (tested). In bfloat16 they do not
+    everywhere (measured: an LSH backward where a real tensor is viewed, a fake one copied
+    first), so bfloat16 points take the fake path, which is the reference."""
+    cls = point.spec.cls
+    if not cls.__module__.startswith("attnprof.scenarios.variants."):
+        return False  # a plug-in: its memory is not known before it runs
+    s = point.shape
+    if s.dtype != "float32":
+        return False
+    options = cls.resolve_options(point.spec.options)
+    factor = max([1] + [v for v in options.values() if isinstance(v, int) and not isinstance(v, bool)])
+    elements = s.batch * s.layers * (s.heads * s.seq_len ** 2 * factor + 8 * s.seq_len * s.d_model * s.ff_mult)
+    return elements * 8 <= SMALL_POINT_BYTES
+
+
 def _predict(point: Point) -> Accounting:
-    """The fast path: three periods traced and composed, or every layer traced."""
+    """The fast path: a small point run for real; three periods traced and composed; or
+    every layer traced."""
+    if small_point(point):
+        try:
+            traced = trace_point(point, real_limit_bytes=REAL_LIMIT_BYTES)
+        except TooBig:
+            pass
+        else:
+            return _accounting(traced, "exact (a small point: run on real CPU tensors)")
     layers = point.shape.layers
     period = _layer_period(point)
     note = ""
@@ -99,14 +140,19 @@ def _predict(point: Point) -> Accounting:
         traced_layers = TRACED_PERIODS * period
         traced = trace_point(_with_layers(point, traced_layers), marks=True)
         try:
-            peak, breakdown, largest, fwd, bwd = Composition.of(traced).figures(layers // period)
+            composition = Composition.of(traced)
+            peak, breakdown, largest, fwd, bwd = composition.figures(layers // period)
         except NotComposable as exc:
             note = f"; not composed from L={traced_layers}: {exc}"
         else:
-            return Accounting(peak, breakdown, largest, fwd, bwd, method=f"composed from L={traced_layers}")
-    traced = trace_point(point)
+            return Accounting(peak, breakdown, largest, fwd, bwd, method=f"composed from L={traced_layers}",
+                              op_costs=composition.op_costs(layers // period))
+    return _accounting(trace_point(point), "exact" + note)
+
+
+def _accounting(traced, method: str) -> Accounting:
     return Accounting(traced.peak_bytes, traced.breakdown_bytes, traced.largest_at_peak, traced.flops_fwd,
-                      traced.flops_bwd, method="exact" + note)
+                      traced.flops_bwd, method=method, op_costs=traced.op_costs())
 
 
 def _layer_period(point: Point) -> int:

@@ -31,9 +31,9 @@ from typing import Optional
 
 from attnprof.profiler.records import Point
 
-SCHEMA = 1  # bump when the entry's layout or meaning changes
+SCHEMA = 2  # bump when the entry's layout or meaning changes
 ENV = "ATTNPROF_CACHE_DIR"
-FIELDS = ("peak_bytes", "breakdown_bytes", "largest_at_peak", "flops_fwd", "flops_bwd", "method")
+FIELDS = ("peak_bytes", "breakdown_bytes", "largest_at_peak", "flops_fwd", "flops_bwd", "method", "op_costs")
 _PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the attnprof package (the repository root)
 _NOT_SOURCE = {"tests", "scripts", "docs", "runs", "build", "dist"}
 
@@ -167,7 +167,11 @@ def _valid(value) -> bool:
             and all(count(v) for v in breakdown.values())
             and isinstance(largest, list)
             and all(isinstance(t, dict) and set(t) == {"op", "shape", "dtype", "category", "bytes"}
-                    and count(t["bytes"]) and isinstance(t["shape"], list) for t in largest))
+                    and count(t["bytes"]) and isinstance(t["shape"], list) for t in largest)
+            and isinstance(value["op_costs"], list)
+            and all(isinstance(r, list) and len(r) == 6 and r[0] in ("fwd", "bwd")
+                    and (r[1] is None or isinstance(r[1], str)) and all(count(x) for x in r[2:])
+                    for r in value["op_costs"]))
 
 
 def store(point: Point, value: dict) -> None:

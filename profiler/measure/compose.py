@@ -47,17 +47,16 @@ by period, in their usual order. The tracer counts FLOPs (flops.REGISTRY, as
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.utils._pytree import tree_leaves
 
 from attnprof.profiler.measure.fakemode import light_dynamo
 from attnprof.profiler.measure.flops import REGISTRY
-from attnprof.profiler.measure.tracker import ALLOC, CATEGORIES, FREE, MARK, OP, MemoryTracker, TensorInfo
+from attnprof.profiler.measure.tracker import ALLOC, CATEGORIES, FREE, MARK, OP, MemoryTracker, TensorInfo, tensors_in
 from attnprof.profiler.records import Point
 
 TRACED_PERIODS = 3  # first, one middle, last: the fewest that hold every kind of period
@@ -68,6 +67,10 @@ _MARK = "attnprof.period"  # label[0] of the marks this module puts into the tra
 
 class NotComposable(Exception):
     """The traced stack does not compose to another depth; run every block instead."""
+
+
+class TooBig(Exception):
+    """A real run of a point passed its memory limit; predict it with fake tensors."""
 
 
 # --- one run -----------------------------------------------------------------------------
@@ -98,13 +101,19 @@ class Tracer(MemoryTracker):
     """The memory tracker with its event trace on, and FLOPs per op in the same dispatch
     mode (one Python mode per op instead of two)."""
 
-    def __init__(self, count_flops: bool = True):
+    def __init__(self, count_flops: bool = True, limit_bytes: Optional[int] = None):
         super().__init__(trace=True)
         self.count_flops = count_flops
+        self.limit_bytes = limit_bytes  # raise TooBig when live tensors pass it (a real run)
         self.flops: dict[int, int] = {}  # trace position of an op's OP event -> its FLOPs
         self.reads: dict[int, tuple] = {}  # trace position of an op's OP event -> serials it read
+        self.io: dict[int, tuple] = {}  # trace position of an op's OP event -> (bytes read, bytes written)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is _DEVICE:  # a fake tensor's .device (most of a fake run's dispatches): what
+            fake_mode = getattr(args[0], "fake_mode", None)  # FakeTensor.__torch_dispatch__ answers,
+            if fake_mode is not None:  # without passing through two more Python modes
+                return torch.device("meta") if fake_mode.in_kernel_invocation else args[0].fake_device
         kwargs = kwargs or {}
         at = len(self.trace)
         out = super().__torch_dispatch__(func, types, args, kwargs)
@@ -113,11 +122,32 @@ class Tracer(MemoryTracker):
             formula = REGISTRY.get(getattr(func, "_overloadpacket", None))
             if formula is not None:
                 flops = self.flops[at] = self.flops.get(at, 0) + int(formula(*args, **kwargs, out_val=out))
+        if len(self.trace) == at:  # no OP event: an op that allocates nothing (prim.device)
+            return out
+        if self.limit_bytes is not None and self.current_bytes > self.limit_bytes:
+            raise TooBig(f"live tensors passed {self.limit_bytes} bytes")
+        inputs = tensors_in((args, kwargs))
+        self.io[at] = (0, 0) if func.is_view else (_bytes_of(inputs), _bytes_of(tensors_in(out)))
         if flops or len(self.trace) > at + 1:  # an op that costs something: which storages it read
             live = self._live
-            self.reads[at] = tuple(entry[0] for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)
-                                   and (entry := live.get(t.untyped_storage()._cdata)) is not None)
+            self.reads[at] = tuple(entry[0] for t in inputs
+                                   if (entry := live.get(t.untyped_storage()._cdata)) is not None)
         return out
+
+
+def _bytes_of(tensors) -> int:
+    """Bytes an op reads (its tensor inputs) or writes (its outputs): each distinct tensor's
+    elements, but no more than its storage holds (a broadcast, stride-0 tensor reads the
+    storage once). The time model (attnprof.profiler.timemodel) costs an op by these."""
+    total, seen = 0, set()
+    for t in tensors:
+        if id(t) not in seen:
+            seen.add(id(t))
+            total += min(t.numel() * t.element_size(), t.untyped_storage().nbytes())
+    return total
+
+
+_DEVICE = torch.ops.prim.device.default
 
 
 class _Marks:
@@ -216,6 +246,17 @@ class Traced:
     origins: dict  # serial -> (op, shape, dtype)
     periods: int  # K, when the run is marked for composition; 0 otherwise
     wall_ms: float = 0.0
+    io: dict = field(default_factory=dict)  # trace position -> (bytes read, bytes written) of the op there
+
+    def op_costs(self) -> list:
+        """Every op of the run, counted: ``op_costs_rows`` of {(pass, op, flops, read, written): n}."""
+        costs: dict = {}
+        for at in sorted(set(self.io) | set(self.flops)):
+            event = self.trace[at] if at < len(self.trace) else None
+            name = event[1] if event is not None and event[0] == OP else None
+            _count(costs, ("bwd" if at >= self.backward_at else "fwd", name, self.flops.get(at, 0),
+                           *self.io.get(at, (0, 0))))
+        return op_costs_rows(costs)
 
     @property
     def flops_fwd(self) -> int:
@@ -226,16 +267,25 @@ class Traced:
         return sum(f for at, f in self.flops.items() if at >= self.backward_at)
 
 
-def trace_point(point: Point, *, marks: bool = False, count_flops: bool = True, seed: int = 0) -> Traced:
+def trace_point(point: Point, *, marks: bool = False, count_flops: bool = True, seed: int = 0,
+                real_limit_bytes: Optional[int] = None) -> Traced:
     """Run ``point`` once under FakeTensorMode with the tracer, exactly as
-    ``accounting.account(point, fake=True)`` runs it; ``marks`` cuts the trace into runs."""
+    ``accounting.account(point, fake=True)`` runs it; ``marks`` cuts the trace into runs.
+
+    ``real_limit_bytes``: run on real CPU tensors instead (the tracker's figures are the
+    same, tests/profiler/measure/test_small_points.py), giving up with ``TooBig`` as soon
+    as the live tensors pass the limit. A small point costs milliseconds this way, and no
+    fake-tensor machinery is imported (see accounting.small_point)."""
     from attnprof.profiler.measure.workload import Workload
 
     start = time.perf_counter()
     torch.manual_seed(seed)
-    with light_dynamo(), FakeTensorMode():
+    if real_limit_bytes is None:  # imported when needed: the fake-tensor machinery costs ~0.8 s
+        from attnprof.profiler.measure.quickfake import QuickFakeTensorMode
+    # the mode is made inside light_dynamo: FakeTensorMode() reads torch._dynamo.config
+    with light_dynamo(), (QuickFakeTensorMode() if real_limit_bytes is None else contextlib.nullcontext()):
         work = Workload(point, "cpu")
-        tracer = Tracer(count_flops)
+        tracer = Tracer(count_flops, limit_bytes=real_limit_bytes)
         marker = _Marks(tracer, work, point.spec.layer_period()) if marks and point.scope == "model" else None
         backward_at = []
 
@@ -257,14 +307,29 @@ def trace_point(point: Point, *, marks: bool = False, count_flops: bool = True, 
         origins = dict(tracer._origin)
     return Traced(point, report.peak_bytes, report.breakdown_bytes, report.largest_at_peak, tracer.trace[:end],
                   tracer.flops, tracer.reads, backward_at[0] if backward_at else end, categories, origins,
-                  marker.periods if marker is not None and marker.ok else 0, (time.perf_counter() - start) * 1e3)
+                  marker.periods if marker is not None and marker.ok else 0, (time.perf_counter() - start) * 1e3,
+                  tracer.io)
+
+
+def _count(counter: dict, key: tuple, n: int = 1) -> None:
+    counter[key] = counter.get(key, 0) + n
+
+
+def op_costs_rows(costs: dict) -> list:
+    """An op-cost histogram as sorted JSON-ready rows ``[pass, op, flops, bytes_read,
+    bytes_written, count]``: the per-op input of the time model (attnprof.profiler.timemodel).
+    ``op`` is the aten overload's name ("mm.default"); None for FLOPs counted without an
+    OP event. Ops that cost nothing (views, detach: no FLOPs, no bytes; they launch no
+    kernel) are left out: they are also the one thing a reversible backward's composition
+    does not count per layer (see test_the_composed_event_sequence_is_the_full_runs)."""
+    return sorted(([*key, n] for key, n in costs.items() if any(key[2:])), key=lambda r: (r[0], str(r[1]), r[2:]))
 
 
 # --- runs --------------------------------------------------------------------------------
 @dataclass
 class _Run:
     tag: tuple  # (pass, period)
-    events: list = field(default_factory=list)  # ("A", i) | ("F", ref) | ("O", name, info, flops, reads) | ("M", label)
+    events: list = field(default_factory=list)  # ("A", i) | ("F", ref) | ("O", name, info, flops, reads, io) | ("M", label)
     allocs: list = field(default_factory=list)  # i -> (nbytes, category, origin)
     alloc_at: list = field(default_factory=list)  # i -> position of its ("A", i) in events
     free_at: dict = field(default_factory=dict)  # reference -> position of the ("F", reference) freeing it
@@ -294,7 +359,7 @@ def _runs(traced: Traced) -> dict:
         if at in traced.flops and kind != OP:  # an op with FLOPs but no OP event: it ran before this event
             if current is None:
                 raise NotComposable("FLOPs before the first mark")
-            current.events.append(("O", None, None, traced.flops[at], ()))
+            current.events.append(("O", None, None, traced.flops[at], (), (0, 0)))
         if kind == MARK and isinstance(event[1], tuple) and event[1][:1] == (_MARK,):
             tag = tuple(event[1][1:])
             if current is None or tag != current.tag:
@@ -316,7 +381,8 @@ def _runs(traced: Traced) -> dict:
             current.events.append(("F", ref(event[1])))
         elif kind == OP:
             reads = tuple(ref(serial) for serial in traced.reads.get(at, ()))
-            current.events.append(("O", event[1], _encode_info(event[2], ref), traced.flops.get(at, 0), reads))
+            current.events.append(("O", event[1], _encode_info(event[2], ref), traced.flops.get(at, 0), reads,
+                                   traced.io.get(at, (0, 0))))
         elif kind == MARK:
             current.events.append(("M", event[1]))
         else:
@@ -371,6 +437,7 @@ class _Summary:
     top_by: dict = field(default_factory=dict)  # category deltas up to and including top_at
     flops: int = 0
     allocs: int = 0
+    costs: dict = field(default_factory=dict)  # (op, flops, bytes read, bytes written) -> count
 
 
 @dataclass
@@ -503,6 +570,7 @@ class Composition:
                 by[category] = by.get(category, 0) - nbytes
             elif event[0] == "O":
                 s.flops += event[3]
+                _count(s.costs, (event[1], event[3], *event[5]))
         s.net, s.net_by = level, by
         return s
 
@@ -511,7 +579,7 @@ class Composition:
         t = self.traced
         got = self.figures(self.periods)
         want = (t.peak_bytes, t.breakdown_bytes, t.largest_at_peak, t.flops_fwd, t.flops_bwd)
-        if got != want:
+        if got != want or self.op_costs(self.periods) != t.op_costs():
             raise NotComposable("composing the traced depth does not reproduce its own figures")
 
     # --- the composed stack ---------------------------------------------------------------
@@ -540,6 +608,15 @@ class Composition:
         largest = self._largest(instances, k, at) if at is not None else []
         fwd = sum(v for p, v in flops.items() if p != "bwd")
         return peak, breakdown, largest, fwd, flops.get("bwd", 0)
+
+    def op_costs(self, k: int) -> list:
+        """Every op of a stack of k periods, counted (``op_costs_rows``), pass by pass."""
+        costs: dict = {}
+        for tag in self.instances(k):
+            pass_ = "bwd" if tag[0] == "bwd" else "fwd"
+            for key, n in self.summaries[self.template(tag, k)].costs.items():
+                _count(costs, (pass_, *key), n)
+        return op_costs_rows(costs)
 
     def _largest(self, instances: list, k: int, at: tuple, count: int = 5) -> list:
         """The ``count`` biggest storages live at the peak, biggest first, ties by age, as

@@ -23,7 +23,6 @@ from typing import Optional
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 
 # Ops that never allocate; under fake tensors prim.device alone is ~70% of all dispatches.
 _NO_ALLOCATION = frozenset({torch.ops.prim.device.default})
@@ -62,6 +61,25 @@ class MemoryReport:
     def to_dict(self) -> dict:
         return {"peak_bytes": self.peak_bytes, "end_bytes": self.end_bytes,
                 "breakdown_bytes": dict(self.breakdown_bytes), "largest_at_peak": list(self.largest_at_peak)}
+
+
+def tensors_in(value) -> list:
+    """The tensors in an op's arguments or outputs, in order: what ``tree_flatten`` finds
+    in the lists, tuples (return types included) and dicts ops take and return, without
+    its generic walk (a fake run calls this for every op)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    out: list = []
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, torch.Tensor):
+            out.append(item)
+        elif isinstance(item, (list, tuple)):
+            stack.extend(reversed(item))
+        elif isinstance(item, dict):
+            stack.extend(reversed(list(item.values())))
+    return out
 
 
 class MemoryTracker(TorchDispatchMode):
@@ -169,9 +187,8 @@ class MemoryTracker(TorchDispatchMode):
             return out
         if self.trace is not None:
             self.trace.append((OP, func.__name__, self._op_info(func.__name__, args, kwargs)))
-        for t in tree_flatten(out)[0]:
-            if isinstance(t, torch.Tensor):
-                self._add(t, func.__name__)
+        for t in tensors_in(out):
+            self._add(t, func.__name__)
         return out
 
     def __enter__(self):

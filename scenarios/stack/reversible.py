@@ -90,6 +90,8 @@ def _grad(out, x, fn: nn.Module, dout, grads: dict):
     found = torch.autograd.grad(out, [x, *params], dout, allow_unused=True)
     for p, g in zip(params, found[1:]):
         if g is not None:
+            if g.stride() != p.stride():  # laid out as the parameter now, as AccumulateGrad would at the end
+                g = torch.empty_like(p).copy_(g)
             grads[id(p)] = g if id(p) not in grads else grads[id(p)] + g
     return found[0]
 
