@@ -145,12 +145,24 @@ class Predictions:
     scenario: Scenario
     budget_bytes: Optional[int] = None
     gpus: list = field(default_factory=list)  # GPU table keys the GPU memory model ran for (--gpu)
+    sort: Optional[str] = None  # "time": rank the points by predicted step time (table())
+    notes: list = field(default_factory=list)  # warnings for stderr (a failed calibration)
+    memory_limit_bytes: Optional[int] = None  # what "fits" means for the CPU ranking
 
     def table(self) -> str:
         from attnprof.profiler.runner.predict import format_table
 
+        if self.sort == "time":
+            from attnprof.profiler.timemodel.format import format_ranking
+
+            return format_ranking(self.records, gpus=self.gpus, memory_limit_bytes=self.memory_limit_bytes)
         if not self.gpus:
-            return format_table(self.records, self.budget_bytes)
+            text = format_table(self.records, self.budget_bytes)
+            if self.budget_bytes is None:
+                from attnprof.profiler.timemodel.format import format_time_table
+
+                text += "\n\n" + format_time_table([r for r in self.records if r.get("status") == "ok"])
+            return text
         from attnprof.profiler.gpu.model import GPU_FIELDS, format_gpu_budget_table, format_gpu_table
 
         if self.budget_bytes is not None:
@@ -170,7 +182,7 @@ def predict(scenario: Union[PathLike, Scenario, None] = None, *, budget: Union[s
             max_len: Optional[int] = None, tokens_per_batch: Optional[int] = None,
             ff_chunks: Optional[int] = None, forward_only: Optional[bool] = None,
             gpus: Union[str, Sequence[str], None] = None, gpu_files: Sequence[PathLike] = (),
-            resolution: Optional[int] = None, no_cache: bool = False) -> Predictions:
+            resolution: Optional[int] = None, no_cache: bool = False, sort: Optional[str] = None) -> Predictions:
     """Peak memory and FLOPs of each point without allocating (fake tensors, any machine).
 
     Without a scenario or lengths it predicts every variant at 65536 tokens. ``budget``
@@ -185,9 +197,19 @@ def predict(scenario: Union[PathLike, Scenario, None] = None, *, budget: Union[s
     docs/gpu.md). With ``budget`` too: per series and GPU, the longest length whose
     modelled total fits both the GPU's memory and the budget. ``gpu_files``: more GPUs
     (TOML), after ATTNPROF_GPUS's.
+
+    Without ``budget``, each record also has its predicted step time on this machine's CPU
+    (``predicted_time_fwd_ms`` / ``_bwd_ms``; calibrated on first use, ``calibrate``) and,
+    with ``gpus``, on each GPU (``gpu_time_fwd_ms`` / ``_bwd_ms``, ``gpu_tokens_per_s``).
+    ``sort="time"``: ``table()`` ranks the points that fit (the GPU's memory with ``gpus``,
+    else this machine's) by predicted step time, fastest first.
     """
     from attnprof.profiler.measure import cache
 
+    if sort not in (None, "time"):
+        raise UsageProblem(f"--sort {sort!r}: the one order is 'time'")
+    if sort and budget is not None:
+        raise UsageProblem("--sort time ranks the points at the lengths given; leave out --budget")
     if resolution is not None:
         if resolution <= 0:
             raise UsageProblem(f"--resolution must be a positive number of tokens, got {resolution}")
@@ -200,12 +222,13 @@ def predict(scenario: Union[PathLike, Scenario, None] = None, *, budget: Union[s
                         heads=heads, head_dim=head_dim, d_model=d_model, layers=layers, dtype=dtype,
                         seq_lens=seq_lens, min_len=min_len, max_len=max_len, tokens_per_batch=tokens_per_batch,
                         ff_chunks=ff_chunks, forward_only=forward_only, gpus=gpus, gpu_files=gpu_files,
-                        resolution=resolution)
+                        resolution=resolution, sort=sort)
 
 
 def _predictions(scenario, *, budget, variants, modes, scope, batch, heads, head_dim, d_model, layers, dtype, seq_lens,
-             min_len, max_len, tokens_per_batch, ff_chunks, forward_only, gpus, gpu_files, resolution) -> Predictions:
-    from attnprof.profiler.runner.predict import longest_fitting, predict_points
+             min_len, max_len, tokens_per_batch, ff_chunks, forward_only, gpus, gpu_files, resolution,
+             sort=None) -> Predictions:
+    from attnprof.profiler.runner.predict import longest_fitting
 
     budget_bytes = _bytes(budget, "--budget") if budget is not None else None
     specs = gpu_table(gpus, gpu_files) if gpus else []  # unknown names fail before any work
@@ -216,13 +239,25 @@ def _predictions(scenario, *, budget, variants, modes, scope, batch, heads, head
     keys = [g.key for g in specs]
     start = 1 << max(0, (min_len or 256) - 1).bit_length()  # the first power of two >= min_len
     if budget_bytes is None:
-        records = predict_points(sc)
+        from functools import partial
+
+        from attnprof.profiler.runner.plan import series
+        from attnprof.profiler.runner.predict import prediction_record, spread
+        from attnprof.profiler.timemodel.machine import machine_rates
+
+        notes: list = []
+        # this CPU's step times: from its cached calibration; measured first (~3 s) only when
+        # asked to rank by time, so a plain prediction stays at planning speed
+        rates = machine_rates(warn=notes.append, measure=sort == "time" and not specs)
+        if rates is None and not (sort == "time" and not specs) and not notes:
+            notes.append("note: step times on this CPU: run `attnprof calibrate` once (a few seconds, cached)")
+        records = spread(partial(prediction_record, rates=rates), [p for s in series(sc) for p in s])
         if specs:
             from attnprof.profiler.gpu.model import add_gpu_fields
-            from attnprof.profiler.runner.plan import series
 
             records = add_gpu_fields(records, [p for s in series(sc) for p in s], specs)
-        return Predictions(records, sc, gpus=keys)
+        limit = default_memory_limit("cpu") if sort and not specs else None
+        return Predictions(records, sc, gpus=keys, sort=sort, notes=notes, memory_limit_bytes=limit)
     if specs:
         from attnprof.profiler.gpu.model import gpu_longest_fitting
 
@@ -241,6 +276,38 @@ def gpu_table(gpus: Union[str, Sequence[str], None] = None, gpu_files: Sequence[
     if gpus:
         return resolve_gpus([gpus] if isinstance(gpus, str) else list(gpus), gpu_files)
     return sorted(load_gpus(gpu_files).values(), key=lambda g: (g.memory_bytes, g.key))
+
+
+# --- calibrate --------------------------------------------------------------------------------
+@dataclass
+class CalibrationRun:
+    """This machine's calibration for the time model: the figures, and where they are cached."""
+
+    calibration: Any  # attnprof.profiler.timemodel.calibrate.Calibration
+    cached: bool  # read back from the cache, not measured now
+    path: Path  # its cache file
+
+    def to_dict(self) -> dict:
+        return {**self.calibration.to_dict(), "cached": self.cached, "path": str(self.path)}
+
+    def text(self) -> str:
+        from attnprof.profiler.timemodel.format import format_calibration
+
+        return format_calibration(self.calibration, self.cached, self.path)
+
+
+def calibrate(*, no_cache: bool = False, threads: Optional[int] = None) -> CalibrationRun:
+    """Measure this machine's GEMM rate per dtype, fused-attention rate, memory bandwidth and
+    per-op overhead (a few seconds, at most ~15) with ``threads`` torch threads (default
+    torch's, as a sweep's timing pass), or read them from the cache (``no_cache``: measure
+    again and overwrite it). A failed or implausible measurement is a CalibrationError
+    (one line, exit 2), and nothing is cached."""
+    from attnprof.profiler.timemodel.machine import calibration, path_of
+
+    if threads is not None and threads < 1:
+        raise UsageProblem(f"--threads must be a positive number, got {threads}")
+    cal, cached = calibration(threads, use_cache=not no_cache)
+    return CalibrationRun(cal, cached, path_of(cal.key()))
 
 
 # --- sweep ------------------------------------------------------------------------------------
@@ -425,9 +492,9 @@ def _capacity_within(sc: Scenario, budgets_gib: tuple, seconds: float, gpus: Opt
     """``capacity_predictions`` (or, with ``gpus``, ``gpu_capacity_predictions``) one series
     per task in a process pool, keeping what finishes within ``seconds``; the workers
     still busy then are terminated."""
-    import multiprocessing as mp
     import os
 
+    from attnprof.profiler.forks import fork_pool
     from attnprof.profiler.runner.plan import series
     from attnprof.profiler.runner.predict import capacity_predictions
 
@@ -441,7 +508,7 @@ def _capacity_within(sc: Scenario, budgets_gib: tuple, seconds: float, gpus: Opt
     deadline = time.monotonic() + seconds
     entries: dict = {}
     # fork, as capacity_predictions itself does: predictions run no real kernels, touch no GPU
-    pool = mp.get_context("fork").Pool(max(1, min(len(parts), os.cpu_count() or 1)))
+    pool = fork_pool(max(1, min(len(parts), os.cpu_count() or 1)))
     try:
         pending = [pool.apply_async(task, (part, *extra)) for part in parts]
         for result in pending:

@@ -64,6 +64,7 @@ app = typer.Typer(cls=Commands, add_completion=False, pretty_exceptions_enable=F
 Scope = Enum("Scope", {s: s for s in SCOPES}, type=str)
 Dtype = Enum("Dtype", {d: d for d in (*DTYPES, *DTYPE_ALIASES)}, type=str)
 ExecutorChoice = Enum("ExecutorChoice", {e: e for e in EXECUTORS}, type=str)
+SortChoice = Enum("SortChoice", {"time": "time"}, type=str)
 
 
 def _variants(values: Optional[List[str]]) -> Optional[List[str]]:
@@ -240,18 +241,45 @@ def predict(variant: VariantOpt = None, mode: ModeOpt = None, scope: ScopeOpt = 
                 "--resolution", metavar="TOKENS", rich_help_panel=LENGTHS, show_default=False,
                 help="with --budget: the longest multiple of TOKENS that fits, not the longest power of two")] = None,
             gpu: GpuOpt = None, gpu_file: GpuFileOpt = None,
+            sort: Annotated[Optional[SortChoice], typer.Option(
+                "--sort", rich_help_panel=OUTPUT, show_default=False,
+                help="time: rank the variant x mode points that fit by predicted step time, fastest first (on "
+                     "this machine's CPU model; with --gpu on each GPU's)")] = None,
             as_json: JsonOpt = False, no_cache: NoCacheOpt = False):
-    """Predict peak memory and FLOPs without allocating (fake tensors, any machine; 65536 tokens by default)."""
+    """Predict peak memory, FLOPs and step time without allocating (fake tensors, any machine; 65536 tokens by default)."""
     from attnprof import api
 
     result = api.predict(scenario, budget=budget, gpus=gpu, gpu_files=gpu_file or (), resolution=resolution,
-                         no_cache=no_cache, **_shared(locals()))
+                         no_cache=no_cache, sort=sort.value if sort is not None else None, **_shared(locals()))
+    for note in result.notes:  # warnings always; hints ("note: ...") only beside the table
+        if not (as_json and note.startswith("note:")):
+            typer.echo(note, err=True)
     if as_json:
         import json
 
         typer.echo(json.dumps(result.records, indent=1))
     else:
         typer.echo(result.table())
+
+
+# --- calibrate ----------------------------------------------------------------------------------
+@app.command()
+def calibrate(as_json: JsonOpt = False,
+              no_cache: Annotated[bool, typer.Option(
+                  "--no-cache", rich_help_panel=OUTPUT, help="measure again, and replace the cached figures")] = False,
+              threads: Annotated[Optional[int], typer.Option(
+                  "--threads", metavar="N", show_default=False,
+                  help="torch threads to measure with (default: torch's, as a sweep's timing pass)")] = None):
+    """Measure this machine for the time model (GEMM rate per dtype, attention, bandwidth, per-op overhead; <= 15 s), cached."""
+    from attnprof import api
+
+    run = api.calibrate(no_cache=no_cache, threads=threads)
+    if as_json:
+        import json
+
+        typer.echo(json.dumps(run.to_dict(), indent=1))
+    else:
+        typer.echo(run.text())
 
 
 # --- sweep --------------------------------------------------------------------------------------

@@ -182,6 +182,10 @@ class PointRecord:
     predicted_breakdown_bytes: dict = field(default_factory=dict)  # category -> bytes at the peak
     flops_fwd: Optional[int] = None
     flops_bwd: Optional[int] = None
+    # step-time MODEL on the machine that measured the point (its calibration; profiler/timemodel);
+    # None when that machine could not be calibrated or its device has no model
+    predicted_time_fwd_ms: Optional[float] = None
+    predicted_time_bwd_ms: Optional[float] = None
     # --- memory pass ---
     measured_peak_bytes: Optional[int] = None  # CPU: exact tensor peak; GPU: allocator max allocated
     measured_by: str = ""  # "tensor-tracker" | "cuda-allocator"
@@ -201,6 +205,9 @@ class PointRecord:
     gpu_total_bytes: Optional[int] = None  # CUDA context + reserved: what NVML would show for the process
     gpu_fits: Optional[bool] = None  # the simulated allocator never runs out on that GPU
     gpu_note: str = ""
+    gpu_time_fwd_ms: Optional[float] = None  # step-time MODEL on that GPU (profiler/timemodel): forward
+    gpu_time_bwd_ms: Optional[float] = None  # backward; None for a forward-only point
+    gpu_tokens_per_s: Optional[float] = None  # batch*seq_len / modelled (fwd + bwd)
     # --- timing pass ---
     warmup: int = 0
     repeats: int = 0

@@ -5,6 +5,7 @@ small and single-purpose: ``data`` (load, check and tidy a run), ``builtins`` (t
 labels a report resolves: built-in variants, never plug-in code), ``palette`` (colours),
 ``scaling`` (fitted slopes), ``capacity`` (longest length that fits a memory budget, or a
 named GPU by the GPU memory model), ``charts`` (PNGs), ``diff`` (against a baseline run,
-judged by ``profiler.gate.verdict``), ``tables`` and ``page`` (HTML). Numbers print
-through ``profiler.units``.
+judged by ``profiler.gate.verdict``), ``time_accuracy`` (the time model against measured
+times, shared with scripts/bench_time_model.py), ``tables`` and ``page`` (HTML). Numbers
+print through ``profiler.units``.
 """

@@ -263,9 +263,12 @@ def _model_source_hash() -> str:
         import attnprof.profiler.gpu as package
 
         h = hashlib.sha256()
-        for name in ("allocator.py", "kernels.py", "model.py", "trace.py"):
+        gpu = Path(package.__file__).parent
+        time_model = gpu.parent / "timemodel"  # the gpu_time_* figures come from it
+        for path in [gpu / n for n in ("allocator.py", "kernels.py", "model.py", "trace.py")] + \
+                [time_model / n for n in ("constants.py", "kernels.py", "model.py", "rates.py", "fields.py")]:
             try:
-                h.update((Path(package.__file__).parent / name).read_bytes())
+                h.update(path.read_bytes())
             except OSError:
                 pass
         _model_hash.append(h.hexdigest()[:16])

@@ -16,6 +16,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocat
 from attnprof.reports.capacity import GPU_MODEL, MAX_EXP, MIN_EXP, Capacity, fit_text
 from attnprof.reports.data import panels, series_order
 from attnprof.reports.palette import colours, markers
+from attnprof.reports import time_accuracy
 from attnprof.profiler.units import fmt_bytes, fmt_len, fmt_ms, mpl_text
 
 DPI = 110  # fixed: the same run renders the same pixels
@@ -113,6 +114,51 @@ def time_chart(frame: pd.DataFrame) -> Figure | None:
         _log_axis(ax, fmt_ms, 10, subs=(1.0, 2.0, 5.0))
     axes[0].set_ylabel("forward + backward time (median)")
     _series_legend(fig, order, col, mark)
+    return fig
+
+
+def time_accuracy_chart(frame: pd.DataFrame) -> Figure | None:
+    """Predicted against measured forward + backward time, log-log, one marker per ok point
+    with a prediction (hollow: measured under the scoring floor), the identity line and
+    the x1.5 and x2.5 bands of the goals; None when no point has a prediction."""
+    found = time_accuracy.pairs(frame.to_dict("records"), label_field="series")
+    if not found:
+        return None
+    order = series_order(frame)
+    col, mark = colours(order), markers(order)
+    fig, (ax,) = _figure(1, height=PANEL_H + 0.6)
+    for s in [s for s in order if any(p.label == s for p in found)]:
+        mine = [p for p in found if p.label == s]
+        for scored in (True, False):
+            part = [p for p in mine if (p.measured_ms >= time_accuracy.MIN_MEASURED_MS) == scored]
+            ax.plot([p.measured_ms for p in part], [p.predicted_ms for p in part], ls="none", marker=mark[s],
+                    ms=6, color=col[s], mfc=col[s] if scored else "none")
+    values = [v for p in found for v in (p.measured_ms, p.predicted_ms)]
+    low, high = min(values) / 1.5, max(values) * 1.5
+    line = np.array([low, high])
+    ax.plot(line, line, color="k", lw=1)
+    for factor, grey in ((time_accuracy.GOAL_MEDIAN_FACTOR, "0.35"), (time_accuracy.GOAL_P90_FACTOR, "0.65")):
+        for y in (line * factor, line / factor):
+            ax.plot(line, y, color=grey, lw=1, ls="--")
+    if low < time_accuracy.MIN_MEASURED_MS:
+        ax.axvspan(low, min(high, time_accuracy.MIN_MEASURED_MS), color="0.92", lw=0, zorder=0)
+    ax.set_xscale("log")
+    _log_axis(ax, fmt_ms, 10, subs=(1.0, 2.0, 5.0))  # the y axis; the x axis alike, fewer labels across:
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0,) if high / low > 300 else (1.0, 3.0), numticks=8))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: fmt_ms(v)))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xlim(low, high)
+    ax.set_ylim(low, high)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.set_xlabel("measured forward + backward (median)")
+    ax.set_ylabel("predicted forward + backward")
+    floor = f"{time_accuracy.MIN_MEASURED_MS:g} ms"
+    key = [Line2D([], [], color="k", lw=1, label="predicted = measured"),
+           Line2D([], [], color="0.35", lw=1, ls="--", label=f"×{time_accuracy.GOAL_MEDIAN_FACTOR:g} (median goal)"),
+           Line2D([], [], color="0.65", lw=1, ls="--", label=f"×{time_accuracy.GOAL_P90_FACTOR:g} (p90 goal)"),
+           Line2D([], [], color="k", ls="none", marker="o", ms=6, mfc="none",
+                  label=f"measured < {floor}\n(grey area): not scored")]
+    _series_legend(fig, [s for s in order if any(p.label == s for p in found)], col, mark, key)
     return fig
 
 

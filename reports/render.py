@@ -8,7 +8,7 @@ from collections import Counter
 from html import escape
 from pathlib import Path
 
-from attnprof.reports import charts, page, tables
+from attnprof.reports import charts, page, tables, time_accuracy
 from attnprof.reports.capacity import BUDGETS_GIB, CACHE_FILE, GPU_CACHE_FILE, GPU_MODEL, Capacity, capacity
 from attnprof.reports.data import ReportError, Run, devices, load, multi_device, one_line, panels
 from attnprof.reports.diff import compare, diff_table
@@ -50,7 +50,8 @@ def _draw(run: Run, output: Path, start: float, seconds: float, gpus: list) -> t
     """Save each chart as a PNG beside the page (name -> path, for those drawn); the
     capacity predictions get the time left after the other charts."""
     frame, drawn = run.frame, {}
-    for name, draw in (("memory", charts.memory_chart), ("time", charts.time_chart), ("savings", charts.savings_chart)):
+    for name, draw in (("memory", charts.memory_chart), ("time", charts.time_chart), ("savings", charts.savings_chart),
+                       (TIME_ACCURACY, charts.time_accuracy_chart)):
         _save(draw(frame), output, name, drawn)
     left = max(0.0, seconds - (time.monotonic() - start) - FINISH_RESERVE_S)
     cap = capacity(frame, run.path, seconds=left, budgets=_budgets(run), gpus=gpus)
@@ -117,6 +118,7 @@ def _sections(run: Run, cap: Capacity, base: Run | None, images: dict) -> list[p
     frame = run.frame
     sections = [page.Section("fits", "What fits where", _gpu_fits(frame, cap) if cap.gpus else _fits(frame, cap)),
                 page.Section("charts", "Charts", _charts(images, cap)),
+                *_time_model(frame, images),
                 page.Section("scaling", "Scaling", tables.slope_table(slopes(frame)) + page.paragraph(SCALING_NOTE, "note"))]
     pivots = []
     for panel in panels(frame):
@@ -212,16 +214,52 @@ CAPTIONS = {
 }
 
 
+TIME_ACCURACY = "time-accuracy"  # the chart's name: report-time-accuracy.png
+NO_TIME_MODEL = ("No point has a predicted step time (the time model, docs/time-model.md: records from before "
+                 "it, or no calibrated rates), so the report has no time-model section.")
+TIME_ACCURACY_CAPTION = (
+    f"Predicted against measured median forward + backward time, log-log, one marker per ok point with a "
+    f"prediction (this machine's calibrated rates). Solid line: predicted = measured; dashed: "
+    f"×{time_accuracy.GOAL_MEDIAN_FACTOR:g} and ×{time_accuracy.GOAL_P90_FACTOR:g} either way. Hollow markers "
+    f"in the grey area: measured under {time_accuracy.MIN_MEASURED_MS:g} ms, shown but not scored.")
+TIME_MODEL_NOTE = (
+    f"Error of a point: ln(predicted / measured) of its forward + backward time, printed as a factor; scored over "
+    f"ok points measured at {time_accuracy.MIN_MEASURED_MS:g} ms or more, where Python overhead per op and timer "
+    f"noise no longer dominate. Goals: median ≤ {time_accuracy.GOAL_MEDIAN_FACTOR:g}×, 90th percentile "
+    f"≤ {time_accuracy.GOAL_P90_FACTOR:g}×. 'too slow': the model predicts more time than was measured. "
+    f"docs/time-model.md says what the model covers and where it is far off.")
+
+
 GPU_CAPACITY_CAPTION = (f"Longest power-of-two length whose modelled GPU total (CUDA context + simulated allocator "
                         f"reserved) fits each named GPU's memory: {GPU_MODEL}, never measured. '~' and italic: "
                         f"extrapolated beyond the lengths modelled so far.")
 
 
 def _charts(images: dict, cap: Capacity) -> str:
-    if not images:
-        return page.paragraph("Nothing to draw: no point has a peak or a time.")
+    shown = {name: path for name, path in images.items() if name != TIME_ACCURACY}  # that one has its own section
     captions = {**CAPTIONS, "capacity": GPU_CAPACITY_CAPTION} if cap.gpus else CAPTIONS
-    return "\n".join(page.image(path, f"{name} chart", captions[name]) for name, path in images.items())
+    html = [page.image(path, f"{name} chart", captions[name]) for name, path in shown.items()]
+    if not shown:
+        html.append(page.paragraph("Nothing to draw: no point has a peak or a time."))
+    if TIME_ACCURACY not in images:
+        html.append(page.paragraph(NO_TIME_MODEL, "note"))
+    return "\n".join(html)
+
+
+def _time_model(frame, images: dict) -> list[page.Section]:
+    """The time model against measurement: its chart, the error summary against the goals
+    and the signed error per variant; no section when no point has a prediction."""
+    if TIME_ACCURACY not in images:
+        return []
+    found = time_accuracy.pairs(frame.to_dict("records"), label_field="series")
+    groups = time_accuracy.by_group(found)
+    html = [page.image(images[TIME_ACCURACY], "time model chart", TIME_ACCURACY_CAPTION),
+            page.paragraph(time_accuracy.summary_line(time_accuracy.accuracy(found)))]
+    if groups:
+        html += [f"<h3>{escape('Signed error per variant, furthest off first')}</h3>",
+                 _scroll(tables.time_error_table(groups))]
+    html.append(page.paragraph(TIME_MODEL_NOTE, "note"))
+    return [page.Section("time-model", "Time model against measurement", "\n".join(html))]
 
 
 def _scroll(html: str) -> str:

@@ -10,6 +10,8 @@ import pandas as pd
 from attnprof.reports.capacity import GPU_MODEL, MAX_EXP, MIN_EXP, Capacity, fit_text
 from attnprof.reports.data import multi_device, panels, series_order
 from attnprof.reports.scaling import Slope
+from attnprof.reports.time_accuracy import GOAL_MEDIAN_FACTOR, GroupError, fmt_factor, fmt_ratio
+from attnprof.profiler.records import step_time_ms
 from attnprof.profiler.units import fmt_bytes, fmt_len, fmt_ms, missing
 
 
@@ -182,6 +184,21 @@ def gpu_model_table(frame: pd.DataFrame, cap: Capacity) -> str:
                 rows.append([s, p, key, (fit_text(fit), cls),
                              fmt_bytes(here["gpu_total_bytes"]) if here else "",
                              fmt_bytes(here["gpu_allocated_peak_bytes"]) if here else "",
-                             (here["gpu_sdpa_backend"] or "-") if here else "", (beyond, "reason")])
+                             (here["gpu_sdpa_backend"] or "-") if here else "",
+                             fmt_ms(step_time_ms(here.get("gpu_time_fwd_ms"), here.get("gpu_time_bwd_ms")), "")
+                             if here else "", (beyond, "reason")])
     return table(["variant", "mode", "GPU", "longest length", "total there", "allocated peak there", "SDPA kernel",
-                  "next length up"], rows, cls="gpu-model", text_cols=(1, 2, 6, 7))
+                  "step time there (model)", "next length up"], rows, cls="gpu-model", text_cols=(1, 2, 6, 8))
+
+
+def time_error_table(groups: list[GroupError]) -> str:
+    """Per variant, furthest off first: how many points are scored, the typical signed
+    error (predicted ÷ measured) and the one furthest off; highlighted where the median
+    misses the median goal."""
+    rows = []
+    for g in groups:
+        off = "off" if max(g.median_ratio, 1 / g.median_ratio) > GOAL_MEDIAN_FACTOR else ""
+        rows.append([g.key[0], g.count, (fmt_ratio(g.median_ratio), off), fmt_factor(g.median_factor),
+                     fmt_ratio(g.worst_ratio)])
+    return table(["variant", "scored points", "median predicted ÷ measured", "median |error|", "furthest off"],
+                 rows, cls="time-errors", text_cols=(2, 4))

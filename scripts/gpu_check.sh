@@ -7,7 +7,9 @@
 # sweep (a short real sweep), predict (fake-tensor predictions for the same points),
 # compare (comparison.csv: predicted vs allocator peak vs NVML), gpu-model (the GPU
 # memory model vs measured allocated/reserved/NVML for a small grid, each point in a
-# fresh process: $OUT/gpu-model.csv and docs/measured-gpu.md). Each stage's output is
+# fresh process: $OUT/gpu-model.csv and docs/measured-gpu.md), time-check (the sweep's
+# measured step times vs the time model for this GPU: $OUT/time-comparison.csv and a
+# section of docs/measured-gpu.md). Each stage's output is
 # kept in $OUT/logs/<stage>.log; a failing stage is reported and the later ones still
 # run; the script exits 1 at the end if any stage failed. Every stage has a time limit
 # (override with the *_TIMEOUT_S variables): at most 9 minutes in all, about 5 typically.
@@ -141,6 +143,11 @@ sys.exit(0 if ok else "no measured point with a prediction to compare")
 PY
 }
 
+time_check() {
+    # measured step times vs the time model for this GPU: $OUT/time-comparison.csv, docs/measured-gpu.md
+    "$PYTHON" scripts/gpu_time_check.py --out "$OUT" --doc docs/measured-gpu.md
+}
+
 gpu_model() {
     # measured allocated / reserved / NVML vs the model (attnprof predict --gpu): docs/measured-gpu.md
     timeout --kill-after=15 "$GPU_MODEL_TIMEOUT_S" "$PYTHON" scripts/gpu_model_check.py --out "$OUT" \
@@ -155,8 +162,8 @@ if ! "$PYTHON" -c "import attnprof" 2>/dev/null; then
 fi
 
 # STAGES="predict compare" reruns a subset (e.g. compare after a cut sweep).
-STAGES=" ${STAGES:-deps device gpu-tests sweep predict compare gpu-model} "
-for name in deps device gpu-tests sweep predict compare gpu-model; do
+STAGES=" ${STAGES:-deps device gpu-tests sweep predict compare gpu-model time-check} "
+for name in deps device gpu-tests sweep predict compare gpu-model time-check; do
     if [[ "$STAGES" == *" $name "* ]]; then
         stage "$name" "${name//-/_}"
     fi

@@ -18,3 +18,27 @@ def prediction_cache_dir(tmp_path_factory, monkeypatch):
     path = tmp_path_factory.mktemp("attnprof-cache")
     monkeypatch.setenv("ATTNPROF_CACHE_DIR", str(path))
     return path
+
+
+# Plausible figures of a small CPU, for every test that predicts a time (predict, sweep):
+# no test spends seconds calibrating, and predicted times do not depend on the machine.
+# tests/profiler/timemodel call the real measurement (``real_calibration``) where they need it.
+STUB_CALIBRATION = dict(gemm_flops_per_s={"float32": 1e11, "bfloat16": 2e11},
+                        attention_fwd_flops_per_s={"float32": 5e10, "bfloat16": 5e10},
+                        attention_bwd_flops_per_s={"float32": 3e10, "bfloat16": 3e10},
+                        bandwidth_bytes_per_s=2e10, overhead_fwd_s=2e-6, overhead_bwd_s=4e-6)
+
+
+@pytest.fixture(autouse=True)
+def stub_calibration(monkeypatch):
+    from attnprof.profiler.timemodel import calibrate
+
+    real = calibrate.measure
+
+    def measure(threads=None, budget_s=calibrate.BUDGET_S):
+        host, cpu, version, threads = calibrate.describe_machine(threads)
+        return calibrate.Calibration(host=host, cpu=cpu, torch_version=version, threads=threads,
+                                     **STUB_CALIBRATION, measured_at="stub")
+
+    monkeypatch.setattr(calibrate, "measure", measure)
+    return real

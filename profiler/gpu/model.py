@@ -13,12 +13,11 @@ measurement: records carry them in ``gpu_*`` fields, tables label them "model".
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Optional
 
+from attnprof.profiler.forks import fork_executor
 from attnprof.profiler.gpu.allocator import CachingAllocator, OutOfMemory
 from attnprof.profiler.gpu.kernels import (ALIAS, ALLOC, CPU_FLASH_FWD, FREE, OP, TIE, choose_sdpa_backend,
                                            cublas_workspace_bytes, substitute)
@@ -26,7 +25,8 @@ from attnprof.profiler.gpu.table import GpuSpec
 from attnprof.profiler.records import Point
 
 GPU_FIELDS = ("gpu", "gpu_sdpa_backend", "gpu_tensor_peak_bytes", "gpu_allocated_peak_bytes",
-              "gpu_reserved_peak_bytes", "gpu_total_bytes", "gpu_fits", "gpu_note")
+              "gpu_reserved_peak_bytes", "gpu_total_bytes", "gpu_fits", "gpu_note", "gpu_time_fwd_ms", "gpu_time_bwd_ms",
+              "gpu_tokens_per_s")
 MODEL_LABEL = "GPU memory MODEL (predicted: fake-tensor trace replayed through a simulated CUDA caching allocator)"
 
 
@@ -116,6 +116,7 @@ class GpuPrediction:
     cublas_workspaces: int = 0
     cublas_workspace_bytes: int = 0
     notes: list = field(default_factory=list)
+    times: dict = field(default_factory=dict)  # gpu_time_fwd_ms, gpu_time_bwd_ms, gpu_tokens_per_s (profiler/timemodel)
 
     def fields(self) -> dict:
         """The record's gpu_* fields."""
@@ -123,7 +124,8 @@ class GpuPrediction:
                 "gpu_tensor_peak_bytes": self.tensor_peak_bytes,
                 "gpu_allocated_peak_bytes": self.allocated_peak_bytes,
                 "gpu_reserved_peak_bytes": self.reserved_peak_bytes, "gpu_total_bytes": self.total_bytes,
-                "gpu_fits": self.fits, "gpu_note": "; ".join(self.notes)}
+                "gpu_fits": self.fits, "gpu_note": "; ".join(self.notes),
+                **{k: self.times.get(k) for k in GPU_FIELDS[-3:]}}
 
 
 def _has_sdpa(events: list) -> bool:
@@ -135,6 +137,15 @@ class TraceCache:
 
     def __init__(self):
         self._traces: dict = {}
+        self._op_costs: dict = {}
+
+    def op_costs(self, point: Point) -> list:
+        """The point's op rows (accounting.predict, itself cached on disk): the time model's input."""
+        from attnprof.profiler.measure.accounting import predict
+
+        if point.key() not in self._op_costs:
+            self._op_costs[point.key()] = predict(point).op_costs
+        return self._op_costs[point.key()]
 
     def get(self, point: Point, sdpa_math: bool = False):
         from attnprof.profiler.gpu.trace import record_trace
@@ -174,9 +185,12 @@ def predict_gpu(point: Point, gpu: GpuSpec, cache: Optional[TraceCache] = None) 
             fits, result = False, free
             notes.append(f"out of memory at {getattr(exc, 'op', '') or 'an allocation'}: "
                          f"figures are what it would need")
+    from attnprof.profiler.timemodel.fields import gpu_time_fields
+
+    times = gpu_time_fields(point, cache.op_costs(point), gpu, backend)
     return GpuPrediction(gpu.key, backend, reason, result.tensor_peak_bytes, result.allocated_peak_bytes,
                          result.reserved_peak_bytes, gpu.context_bytes, total, fits, gpu.memory_bytes,
-                         cpu_peak, workspaces, cublas_workspace_bytes(gpu), notes)
+                         cpu_peak, workspaces, cublas_workspace_bytes(gpu), notes, times)
 
 
 # --- many points (api.predict) ------------------------------------------------------------------
@@ -191,7 +205,7 @@ def _pool_map(fn, jobs: list) -> list:
     workers = min(len(jobs), os.cpu_count() or 1)
     if workers < 2:
         return [fn(j) for j in jobs]
-    with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("fork")) as pool:
+    with fork_executor(workers) as pool:
         return list(pool.map(fn, jobs))
 
 
@@ -316,28 +330,45 @@ def format_gpu_table(records: list[dict]) -> str:
     """The model's figures, one line per point x GPU, never beside a measured column."""
     from attnprof.profiler.units import fmt_bytes
 
-    head = ["variant", "mode", "seq_len", "batch", "gpu", "sdpa", "tensors", "allocated", "reserved", "total", "fits"]
+    head = ["variant", "mode", "seq_len", "batch", "gpu", "sdpa", "tensors", "allocated", "reserved", "total", "fits",
+            "fwd", "bwd", "tokens/s"]
     rows = []
     for r in records:
         if r.get("gpu_total_bytes") is None:
             rows.append([str(r["variant"]), str(r["mode"]), str(r["seq_len"]), str(r["batch"]), str(r["gpu"])]
-                        + ["-"] * 6)
+                        + ["-"] * 9)
             continue
         rows.append([str(r["variant"]), str(r["mode"]), str(r["seq_len"]), str(r["batch"]), r["gpu"],
                      r["gpu_sdpa_backend"] or "-", fmt_bytes(r["gpu_tensor_peak_bytes"]),
                      fmt_bytes(r["gpu_allocated_peak_bytes"]), fmt_bytes(r["gpu_reserved_peak_bytes"]),
-                     fmt_bytes(r["gpu_total_bytes"]), "yes" if r["gpu_fits"] else "NO"])
+                     fmt_bytes(r["gpu_total_bytes"]), "yes" if r["gpu_fits"] else "NO",
+                     *_time_cells(r)])
     notes = dict.fromkeys(f"{r['gpu']}: {r['gpu_note']}" for r in records if r.get("gpu_note"))
-    return "\n".join([MODEL_LABEL + "; total = CUDA context + reserved (what NVML would show)",
+    return "\n".join([MODEL_LABEL + "; total = CUDA context + reserved (what NVML would show); " + TIME_LABEL,
                       *_table(head, rows), *(f"model note: {n}" for n in notes)])
+
+
+TIME_LABEL = "fwd/bwd/tokens/s: step-time MODEL (roofline per op, profiler/timemodel)"
+
+
+def _time_cells(r: dict) -> list[str]:
+    from attnprof.profiler.units import fmt_ms
+
+    tps = r.get("gpu_tokens_per_s")
+    return [fmt_ms(r.get("gpu_time_fwd_ms"), "-"), fmt_ms(r.get("gpu_time_bwd_ms"), "-"),
+            f"{tps:,.0f}" if tps is not None else "-"]
 
 
 def format_gpu_budget_table(rows: list[dict]) -> str:
     from attnprof.profiler.units import fmt_bytes
 
-    head = ["variant", "mode", "gpu", "limit", "longest_fit", "total_there", "sdpa", "limited_by"]
+    from attnprof.profiler.records import step_time_ms
+    from attnprof.profiler.units import fmt_ms
+
+    head = ["variant", "mode", "gpu", "limit", "longest_fit", "total_there", "step_there", "sdpa", "limited_by"]
     lines = [[str(r["variant"]), str(r["mode"]), r["gpu"], fmt_bytes(r["limit_bytes"]),
               str(r["longest_fitting_seq_len"] or "none"), fmt_bytes(r.get("gpu_total_bytes")),
+              fmt_ms(step_time_ms(r.get("gpu_time_fwd_ms"), r.get("gpu_time_bwd_ms")), "-"),
               r.get("gpu_sdpa_backend") or "-", r["limited_by"]] for r in rows]
-    return "\n".join([f"longest power-of-two length whose modelled GPU total fits ({MODEL_LABEL})",
-                      *_table(head, lines)])
+    return "\n".join([f"longest power-of-two length whose modelled GPU total fits ({MODEL_LABEL}); "
+                      f"step_there: fwd + bwd there, {TIME_LABEL}", *_table(head, lines)])

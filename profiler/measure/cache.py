@@ -187,20 +187,25 @@ def store(point: Point, value: dict) -> None:
         return
     path = _path_of(key)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        text = json.dumps({"key": key, "value": value, "checksum": _checksum(key, value)})
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as out:
-                out.write(text)
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        write_atomically(path, json.dumps({"key": key, "value": value, "checksum": _checksum(key, value)}))
     except OSError as exc:
         _warn_once(f"attnprof: warning: cannot write the prediction cache in {path.parent} "
                    f"({exc.strerror or exc}); predictions are not cached (set {ENV} to another folder)")
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path`` and rename it there, so a reader
+    (another process, a second shell) never sees half a file; OSError when it cannot."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def _warn_once(line: str) -> None:

@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 import multiprocessing as mp
 import os
-from concurrent.futures import ProcessPoolExecutor
 from typing import Callable, Optional
 
+from attnprof.profiler.forks import fork_executor
 from attnprof.profiler.measure.accounting import predict
 from attnprof.profiler.measure.workload import scope_note
 from attnprof.profiler.runner.plan import series, shape_at, shape_problem
@@ -26,7 +26,11 @@ SPREAD_FROM = 3  # fewer tasks than this run in this process: forking a worker c
 SCAN = 4096  # how far (in steps of the resolution) to look for a length a variant accepts
 
 
-def prediction_record(point: Point) -> dict:
+def prediction_record(point: Point, rates=None) -> dict:
+    """One point's prediction; with ``rates`` (profiler/timemodel Rates: this machine's
+    calibration) also its predicted step time, ``predicted_time_fwd_ms`` / ``_bwd_ms``."""
+    from attnprof.profiler.timemodel.fields import time_fields
+
     record = {**point.identity(), "status": "ok", "reason": ""}
     problem = shape_problem(point)
     if problem:
@@ -36,6 +40,7 @@ def prediction_record(point: Point) -> dict:
     return {**record, "predicted_peak_bytes": acc.peak_bytes, "predicted_breakdown_bytes": acc.breakdown_bytes,
             "largest_at_peak": acc.largest_at_peak,
             "flops_fwd": acc.flops_fwd, "flops_bwd": acc.flops_bwd, "flops": acc.flops_fwd + acc.flops_bwd,
+            **time_fields(point, acc.op_costs, rates),
             "prediction_method": acc.method, "prediction_cached": acc.cached, "predict_ms": round(acc.wall_ms, 1)}
 
 
@@ -48,20 +53,22 @@ def usable_cores() -> int:
 
 def spread(fn: Callable, tasks: list, workers: Optional[int] = None) -> list:
     """``[fn(t) for t in tasks]``, over this process and ``workers - 1`` forked ones
-    (default: one per usable core). Each process takes the next task not yet taken:
-    workers from the end, this one from the start, until they meet. The workers are
-    forked from this process with torch already imported; what a first fake run imports
-    lazily (sympy, torch.distributed.tensor) they import side by side, and with a warm
-    cache there is nothing to import. Forking is safe: predictions run no real kernels
-    and touch no GPU. ``fn`` and the tasks must be picklable (a module-level function)."""
+    (default: one per usable core). This process does the first task alone, then forks
+    the workers: they start with what it imported lazily (sympy, torch's fake-tensor
+    machinery) and with torch's fake-tensor dispatch cache filled by it, so no worker
+    imports or misses that again. Then each process takes the next task not yet taken:
+    workers from the end, this one from the start, until they meet. Forking is safe:
+    predictions touch no GPU, and the workers run real ops (small points) on one thread
+    (profiler/forks.py). ``fn`` and the tasks must be picklable (a module-level function)."""
     tasks = list(tasks)
     workers = min(len(tasks), workers or usable_cores())
     if workers < 2 or len(tasks) < SPREAD_FROM or mp.current_process().daemon:  # a pool's worker cannot fork
         return [fn(t) for t in tasks]
     results: list = [None] * len(tasks)
-    with ProcessPoolExecutor(max_workers=workers - 1, mp_context=mp.get_context("fork")) as pool:
-        futures = {i: pool.submit(fn, tasks[i]) for i in reversed(range(len(tasks)))}
-        for i in range(len(tasks)):
+    results[0] = fn(tasks[0])
+    with fork_executor(workers - 1) as pool:
+        futures = {i: pool.submit(fn, tasks[i]) for i in reversed(range(1, len(tasks)))}
+        for i in range(1, len(tasks)):
             if futures[i].cancel():  # not taken by a worker yet: this process does it
                 results[i] = fn(tasks[i])
         for i, future in futures.items():
@@ -177,12 +184,19 @@ def _guess(s: _Series, lengths: list, lo: int, hi: int, budget: int) -> int:
     far, a power law in n between neighbours (log-log), say the budget is crossed; the
     middle when nothing is known. It only orders the predictions (every figure is
     predicted), so it saves predictions when right and costs none of the answer's
-    exactness when wrong: the bracket (lo fits, hi does not) stays a binary search's."""
-    known = sorted((math.log(n), math.log(r["predicted_peak_bytes"])) for n, r in s.records.items()
-                   if r["status"] == "ok" and r["predicted_peak_bytes"] and n in lengths)
-    if not known:
+    exactness when wrong: the bracket (lo fits, hi does not) stays a binary search's.
+
+    The power law is fitted to the part of the peak that grows with n: the parameters and
+    their gradients (the same at every length) come off first, so one prediction and the
+    variant's exponent already place the next one near the crossing."""
+    ok = {n: r for n, r in s.records.items() if r["status"] == "ok" and r["predicted_peak_bytes"] and n in lengths}
+    if not ok:
         return (lo + hi) // 2
-    target = math.log(budget)
+    fixed = min(_fixed_bytes(r) for r in ok.values())
+    if budget <= fixed or any(r["predicted_peak_bytes"] <= fixed for r in ok.values()):
+        fixed = 0
+    known = sorted((math.log(n), math.log(r["predicted_peak_bytes"] - fixed)) for n, r in ok.items())
+    target = math.log(budget - fixed)
     below = [k for k in known if k[1] <= target]
     above = [k for k in known if k[1] > target]
     if below and above:
@@ -198,6 +212,12 @@ def _guess(s: _Series, lengths: list, lo: int, hi: int, budget: int) -> int:
     crossing = math.exp(x0 + (target - y0) / slope)
     index = max((i for i, n in enumerate(lengths) if n <= crossing), default=lo)
     return min(max(index, lo + 1), hi - 1)
+
+
+def _fixed_bytes(record: dict) -> int:
+    """The bytes of a prediction that do not grow with n: parameters and gradients."""
+    breakdown = record.get("predicted_breakdown_bytes") or {}
+    return breakdown.get("parameters", 0) + breakdown.get("gradients", 0)
 
 
 def _finer(s: _Series, budget: int, best: Optional[int], above: Optional[int], limit: int,

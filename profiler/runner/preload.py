@@ -33,11 +33,22 @@ MAX_MESSAGE = 1 << 20
 
 
 def warm_up() -> None:
+    import torch
+
     from attnprof.profiler.runner import worker  # noqa: F401  (the import is the point)
     from attnprof.profiler.measure.accounting import predict
     from attnprof.profiler.records import Point, Shape
 
-    predict(Point("sdpa", "plain", "model", Shape(batch=1, seq_len=64, d_model=32, heads=2, layers=1)))
+    # One thread: a small point is predicted by a real CPU run (accounting.small_point), and a
+    # real run on more threads starts OpenMP's thread pool here. A process forked after that
+    # hangs in its first parallel region (GNU OpenMP is not fork-safe), so the pool must not
+    # exist in this process: its workers are forked from it.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        predict(Point("sdpa", "plain", "model", Shape(batch=1, seq_len=64, d_model=32, heads=2, layers=1)))
+    finally:
+        torch.set_num_threads(threads)
 
 
 def serve(ctl: socket.socket) -> None:

@@ -37,24 +37,39 @@ def finished_line(point, record: dict) -> str:
 
 
 class Eta:
-    """Seconds left, from this invocation's mean time per point (points kept by --resume
-    took no time here, so they do not count)."""
+    """Seconds left: the points the sweep expects a time for (``expect``: the time model's
+    estimate before a series has measured points, then its measured points' extrapolation)
+    at that time, every other point at this invocation's mean time per point (points kept
+    by --resume took no time here, so they do not count)."""
 
     def __init__(self, total: int, already: int = 0):
         self.total, self.done, self.finished_here = total, already, 0
         self.started = self.last = time.perf_counter()
+        self.expected: dict = {}  # point key -> seconds it is expected to take
 
-    def finish(self) -> None:
+    def expect(self, key, seconds: Optional[float]) -> None:
+        if seconds is None:
+            self.expected.pop(key, None)
+        else:
+            self.expected[key] = max(0.0, float(seconds))
+
+    def finish(self, key=None) -> None:
         self.done += 1
         self.finished_here += 1
         self.last = time.perf_counter()
+        self.expected.pop(key, None)
 
     def seconds_left(self) -> Optional[float]:
-        """None until a point has finished; counts down between points."""
-        if not self.finished_here:
+        """None until a point has finished or has an expected time; counts down between points."""
+        known_s, known = sum(self.expected.values()), len(self.expected)
+        if self.finished_here:
+            per_point_s = (self.last - self.started) / self.finished_here
+        elif known:
+            per_point_s = known_s / known
+        else:
             return None
-        per_point_s = (self.last - self.started) / self.finished_here
-        return max(0.0, per_point_s * (self.total - self.done) - (time.perf_counter() - self.last))
+        unknown = max(0, self.total - self.done - known)
+        return max(0.0, known_s + per_point_s * unknown - (time.perf_counter() - self.last))
 
     def text(self) -> str:
         left = self.seconds_left()
@@ -82,8 +97,12 @@ class Progress:
         if self._live:
             self._live.running(point_label(point))
 
+    def expect(self, point, seconds: Optional[float]) -> None:
+        """The time ``point`` is expected to take (None: no longer known)."""
+        self.eta.expect(point.key(), seconds)
+
     def finish(self, point, record: dict) -> None:
-        self.eta.finish()
+        self.eta.finish(point.key())
         if not self.enabled:
             return
         line = finished_line(point, record)

@@ -20,6 +20,9 @@ from attnprof.profiler.records import DTYPES, MODES, NO_MODE, SCOPES, STATUSES, 
 MAX_LINE_BYTES = 1 << 20  # a record is a few KiB; anything this long is not one of ours
 _CHOICES = {"status": STATUSES, "scope": SCOPES, "mode": MODES + (NO_MODE,), "dtype": DTYPES}
 _SHAPE_FIELDS = tuple(f.name for f in fields(Shape))
+# Model figures that cannot be negative (the time model's; a record from outside may say anything)
+_NOT_NEGATIVE = ("predicted_time_fwd_ms", "predicted_time_bwd_ms", "gpu_time_fwd_ms", "gpu_time_bwd_ms",
+                 "gpu_tokens_per_s")
 # Fields with a default that a record must still carry: a line without a status is not a
 # measured point, and reading it as the default ("ok") would let it pass the gate.
 _REQUIRED_ANYWAY = ("status",)
@@ -104,6 +107,8 @@ def check_record(value) -> tuple[Optional[dict], Optional[str]]:
         problem = "is null" if item is None else _type_problem(item, kind)
         if problem:
             return None, f"{name} {problem}"
+        if name in _NOT_NEGATIVE and not (item >= 0 and item != float("inf")):
+            return None, f"{name} {item!r} is not a finite number >= 0"
         if name in _CHOICES and item not in _CHOICES[name]:
             return None, f"{name} {item[:40]!r} is not one of {', '.join(_CHOICES[name])}"
         record[name] = item

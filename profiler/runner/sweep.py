@@ -38,6 +38,7 @@ from attnprof.profiler.runner.isolation import PointRunner
 from attnprof.profiler.runner.manifest import check_resumable, write_manifest
 from attnprof.profiler.runner.plan import series, shape_problem
 from attnprof.profiler.records import Point, PointRecord, key_of_record
+from attnprof.profiler.runner.estimate import PREDICTED_TIMEOUT_MARGIN, add_time_fields
 from attnprof.profiler.runner.progress import Progress
 from attnprof.profiler.runner.storage import (RESULTS_FILE, RunFolderBusy, acquire_lock, append_record,
                                               read_records_checked, release_lock, repair_tail, results_size)
@@ -68,6 +69,9 @@ class SweepSettings:
     ray_address: Optional[str] = None  # None: RAY_ADDRESS, a running local cluster, else a new local one
     ray_cpus_per_point: float = 1.0
     gpu_type: str = ""  # ray: run only on GPUs of this accelerator type (e.g. "H100")
+    # --- the time model (runner/estimate.py): set by run_sweep, read by the workers ---
+    time_rates: Optional[dict] = None  # this CPU's calibrated Rates (as a dict)
+    time_gpu: str = ""  # the GPU table key of the CUDA device the points run on
     test_hook: str = field(default_factory=lambda: os.environ.get("ATTNPROF_TEST_HOOK", ""))
 
     def __post_init__(self):
@@ -133,6 +137,7 @@ def _skipped(point: Point, settings: SweepSettings, reason: str, status: str = "
             return record
         record.predicted_peak_bytes, record.predicted_breakdown_bytes = acc.peak_bytes, acc.breakdown_bytes
         record.flops_fwd, record.flops_bwd = acc.flops_fwd, acc.flops_bwd
+        add_time_fields(record, point, acc.op_costs, settings.for_child())
     return record
 
 
@@ -176,6 +181,7 @@ def run_sweep(scenario: Scenario, out_dir: Path, settings: SweepSettings, *, res
         try:
             interrupts.check()
             done = _prepare(out_dir, scenario, settings, resume, executor)
+            _set_time_model(settings)
             summary.kept = sum(1 for s in plan for p in s if p.key() in done)
             progress = Progress(total, enabled=show_progress, already=summary.kept)
             _run_plan(plan, done, settings, executor, interrupts, progress, summary, on_record)
@@ -189,6 +195,15 @@ def run_sweep(scenario: Scenario, out_dir: Path, settings: SweepSettings, *, res
             if progress is not None:
                 progress.close()
     return summary
+
+
+def _set_time_model(settings: SweepSettings) -> None:
+    """Calibrate this machine (first use: a few seconds, then cached) or find the GPU's table
+    entry, once, here: the workers get the result in their settings."""
+    from attnprof.profiler.runner.estimate import time_model_settings
+
+    found = time_model_settings(settings, warn=print_stderr)
+    settings.time_rates, settings.time_gpu = found.get("time_rates"), found.get("time_gpu", "")
 
 
 @dataclass
@@ -224,6 +239,10 @@ def _run_plan(plan: list[list[Point]], done: dict, settings: SweepSettings, exec
             on_record(record)
         progress.finish(point, record)
         lane.learn(record)
+        if lane.timings:  # measured now: its series' later points by extrapolation
+            for later in lane.points[lane.next:]:
+                if later.key() not in done:
+                    progress.expect(later, extrapolate_s(lane.timings, later.shape.seq_len))
 
     while True:
         for lane in lanes:
@@ -272,8 +291,36 @@ def _next_to_run(lane: _Series, done: dict, settings: SweepSettings, interrupts:
             write(point, _skipped(point, settings, f"extrapolated {estimate:.0f} s from this series exceeds "
                                                    f"--point-timeout {settings.point_timeout_s:g} s").to_row(), lane)
         else:
+            predicted = None if lane.timings else _expect_series(lane, point, done, settings, progress)
+            if predicted is not None and predicted > settings.point_timeout_s * PREDICTED_TIMEOUT_MARGIN:
+                write(point, _skipped(point, settings, f"predicted {predicted:.0f} s by the time model, over "
+                                      f"{PREDICTED_TIMEOUT_MARGIN:g}x --point-timeout {settings.point_timeout_s:g} s "
+                                      f"(no point of this series measured yet)").to_row(), lane)
+                continue
             return point
     return None
+
+
+def _expect_series(lane: _Series, point: Point, done: dict, settings: SweepSettings,
+                   progress: Progress) -> Optional[float]:
+    """Before a series has a measured point: the time model's wall time of ``point`` (None
+    without a model), and the ETA's expectations for it and the series' later points (a
+    power law between the model's times of ``point`` and of the series' longest point)."""
+    from attnprof.profiler.runner.estimate import interpolate_s, point_seconds, predicted_step_ms
+
+    child = settings.for_child()
+    step_ms = predicted_step_ms(point, child)
+    if step_ms is None:
+        return None
+    rest = [p for p in lane.points[lane.next - 1:] if p.key() not in done]
+    known = [(point.shape.seq_len, point_seconds(step_ms, child))]
+    if len(rest) > 1 and not shape_problem(rest[-1]):
+        last_ms = predicted_step_ms(rest[-1], child)
+        if last_ms is not None:
+            known.append((rest[-1].shape.seq_len, point_seconds(last_ms, child)))
+    for p in rest:
+        progress.expect(p, interpolate_s(known, p.shape.seq_len))
+    return known[0][1]
 
 
 @contextmanager

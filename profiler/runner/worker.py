@@ -24,6 +24,7 @@ import psutil
 import torch
 
 from attnprof.profiler.measure.accounting import account, predict
+from attnprof.profiler.runner.estimate import add_time_fields
 from attnprof.profiler.records import Point, PointRecord
 from attnprof.profiler.runner.lifeline import die_with_parent
 from attnprof.profiler.units import fmt_bytes
@@ -113,6 +114,7 @@ def measure_point(point: Point, settings: dict) -> PointRecord:
         record.predicted_peak_bytes = pred.peak_bytes
         record.predicted_breakdown_bytes = pred.breakdown_bytes
         record.flops_fwd, record.flops_bwd = pred.flops_fwd, pred.flops_bwd
+        add_time_fields(record, point, pred.op_costs, settings)
         limit = memory_limit(settings)
         if limit and pred.peak_bytes > limit:
             record.status = "skipped"

@@ -22,4 +22,6 @@ def test_a_small_real_sweep_renders(tmp_path):
     for mode in SMALL.modes:
         assert f"<h3>{mode}: peak memory</h3>" in text
     assert "attnprof report: small" in text and "torch_version" in text
-    assert len(list(out.parent.glob("report-*.png"))) == 4
+    charts = sorted(p.name for p in out.parent.glob("report-*.png"))
+    assert charts == ["report-capacity.png", "report-memory.png", "report-savings.png", "report-time-accuracy.png",
+                      "report-time.png"]

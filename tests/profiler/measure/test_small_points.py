@@ -101,3 +101,20 @@ def test_predicting_a_small_point_imports_no_fake_tensor_machinery(tmp_path):
     env = {**os.environ, "ATTNPROF_CACHE_DIR": str(tmp_path)}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
     assert out.splitlines() == [REAL, "[]"]
+
+
+def test_small_points_in_forked_workers_do_not_hang(tmp_path):
+    """The parent runs real ops (its OpenMP pool starts), then forks prediction workers that
+    run small points for real too: they must not wait for the parent's pool (runner.predict
+    starts its workers single-threaded). A subprocess with a timeout, so a hang fails."""
+    code = ("import torch\ntorch.set_num_threads(2)\n(torch.randn(512, 512) @ torch.randn(512, 512)).sum()\n"
+            "from attnprof.profiler.runner.predict import spread, prediction_record\n"
+            "from attnprof.profiler.records import Point, Shape\n"
+            "points = [Point(v, m, 'model', Shape(seq_len=256, d_model=64, heads=2, layers=2))\n"
+            "          for v in ('full', 'sdpa', 'sparse_strided') for m in ('plain', 'checkpoint')]\n"
+            "rows = spread(prediction_record, points, workers=2)\n"
+            "print(sum(r['predicted_peak_bytes'] > 0 for r in rows))\n")
+    env = {**os.environ, "ATTNPROF_CACHE_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["6"]
