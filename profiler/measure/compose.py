@@ -116,18 +116,18 @@ class Tracer(MemoryTracker):
                 return torch.device("meta") if fake_mode.in_kernel_invocation else args[0].fake_device
         kwargs = kwargs or {}
         at = len(self.trace)
-        out = super().__torch_dispatch__(func, types, args, kwargs)
+        out, outputs = self._dispatch(func, args, kwargs)
         flops = 0
         if self.count_flops:
             formula = REGISTRY.get(getattr(func, "_overloadpacket", None))
             if formula is not None:
                 flops = self.flops[at] = self.flops.get(at, 0) + int(formula(*args, **kwargs, out_val=out))
-        if len(self.trace) == at:  # no OP event: an op that allocates nothing (prim.device)
+        if outputs is None:  # no OP event: an op that allocates nothing (prim.device)
             return out
         if self.limit_bytes is not None and self.current_bytes > self.limit_bytes:
             raise TooBig(f"live tensors passed {self.limit_bytes} bytes")
         inputs = tensors_in((args, kwargs))
-        self.io[at] = (0, 0) if func.is_view else (_bytes_of(inputs), _bytes_of(tensors_in(out)))
+        self.io[at] = (0, 0) if func.is_view else (_bytes_of(inputs), _bytes_of(outputs))
         if flops or len(self.trace) > at + 1:  # an op that costs something: which storages it read
             live = self._live
             self.reads[at] = tuple(entry[0] for t in inputs

@@ -182,14 +182,20 @@ class MemoryTracker(TorchDispatchMode):
 
     # --- dispatch ----------------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return self._dispatch(func, args, kwargs)[0]
+
+    def _dispatch(self, func, args, kwargs) -> tuple:
+        """Run the op and count its new storages: (its output, the output's tensors), the
+        tensors None for an op that allocates nothing (then it leaves no OP event)."""
         out = func(*args, **(kwargs or {}))
         if func in _NO_ALLOCATION:
-            return out
+            return out, None
         if self.trace is not None:
             self.trace.append((OP, func.__name__, self._op_info(func.__name__, args, kwargs)))
-        for t in tensors_in(out):
+        outputs = tensors_in(out)
+        for t in outputs:
             self._add(t, func.__name__)
-        return out
+        return out, outputs
 
     def __enter__(self):
         def pack(t):
