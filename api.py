@@ -242,7 +242,7 @@ def _predictions(scenario, *, budget, variants, modes, scope, batch, heads, head
         from functools import partial
 
         from attnprof.profiler.runner.plan import series
-        from attnprof.profiler.runner.predict import prediction_record, spread
+        from attnprof.profiler.runner.predict import point_key, prediction_record, spread
         from attnprof.profiler.timemodel.machine import machine_rates
 
         notes: list = []
@@ -251,7 +251,8 @@ def _predictions(scenario, *, budget, variants, modes, scope, batch, heads, head
         rates = machine_rates(warn=notes.append, measure=sort == "time" and not specs)
         if rates is None and not (sort == "time" and not specs) and not notes:
             notes.append("note: step times on this CPU: run `attnprof calibrate` once (a few seconds, cached)")
-        records = spread(partial(prediction_record, rates=rates), [p for s in series(sc) for p in s])
+        records = spread(partial(prediction_record, rates=rates), [p for s in series(sc) for p in s],
+                         warm_key=point_key)
         if specs:
             from attnprof.profiler.gpu.model import add_gpu_fields
 

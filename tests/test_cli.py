@@ -251,3 +251,47 @@ def test_variants_falls_back_to_the_registry_when_the_source_cannot_be_read(monk
     monkeypatch.setattr(catalog, "variants", unreadable)
     result = runner.invoke(app, ["variants"])
     assert result.exit_code == 0 and "arXiv 2001.04451" in result.output and "option n_hashes" in result.output
+
+
+# --- quick exit --------------------------------------------------------------------------------
+def test_predict_as_a_process_ends_without_teardown_and_loses_no_output(tmp_path):
+    """``python -m attnprof predict`` ends with os._exit (QUICK_EXIT): everything it printed
+    arrives, to the last byte of a long JSON document, its exit code is kept (0, and 2 for a
+    mistake), and the cache entries it wrote are complete (read back by a second run)."""
+    import os
+
+    env = {**os.environ, "ATTNPROF_CACHE_DIR": str(tmp_path / "cache")}
+    cmd = [sys.executable, "-m", "attnprof", "predict", "--seq-len", "128", "--d-model", "32", "--heads", "2",
+           "--layers", "1", "--json"]
+    first = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert first.returncode == 0, first.stderr
+    records = json.loads(first.stdout)  # the whole document: it parses
+    assert len(records) == 18 and not any(r["prediction_cached"] for r in records)
+    again = json.loads(subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, check=True).stdout)
+    assert all(r["prediction_cached"] for r in again) and again == [{**r, "prediction_cached": True,
+                                                                     "predict_ms": a["predict_ms"]}
+                                                                    for r, a in zip(records, again)]
+    wrong = subprocess.run(cmd + ["--budget", "lots"], capture_output=True, text=True, env=env, timeout=120)
+    assert wrong.returncode == 2 and wrong.stdout == "" and wrong.stderr.startswith("error:")
+
+
+def test_quick_exit_only_from_the_console_and_only_for_quick_commands(monkeypatch):
+    """In-process callers (tests, notebooks) get SystemExit as before; the console entry
+    point flushes and ends at once for predict and calibrate only."""
+    import attnprof.cli as cli
+
+    ended = []
+
+    def fake_exit(code):
+        ended.append(code)
+        raise SystemExit(code)
+
+    monkeypatch.setattr(cli.os, "_exit", fake_exit)
+    with pytest.raises(SystemExit) as leave:
+        cli.main(["predict", "--budget", "lots"])
+    assert leave.value.code == 2 and ended == []
+    for args, quick in [(["predict"], True), (["calibrate", "--json"], True), (["variants"], False), ([], False)]:
+        ended.clear()
+        with pytest.raises(SystemExit) as leave:
+            cli._leave(3, args, console=True)
+        assert leave.value.code == 3 and ended == ([3] if quick else [])

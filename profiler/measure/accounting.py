@@ -125,6 +125,17 @@ def small_point(point: Point) -> bool:
     return elements * 8 <= SMALL_POINT_BYTES
 
 
+def warm_fake_tensors() -> None:
+    """Import what a fake-tensor prediction imports on its first ops (sympy, torch's fake
+    and meta kernels, DTensor's op table: ~0.5 s), by tracing a tiny bfloat16 point (a
+    small float32 point runs on real tensors and imports none of it); nothing is cached.
+    For a process that forks workers which then predict (runner/preload.py)."""
+    from attnprof.profiler.records import Shape
+
+    trace_point(Point("full", "plain", "model", Shape(batch=1, seq_len=16, d_model=16, heads=2, layers=1,
+                                                        dtype="bfloat16")))
+
+
 def _predict(point: Point) -> Accounting:
     """The fast path: a small point run for real; three periods traced and composed; or
     every layer traced."""

@@ -117,22 +117,43 @@ class Tracer(MemoryTracker):
         kwargs = kwargs or {}
         at = len(self.trace)
         out, outputs = self._dispatch(func, args, kwargs)
+        formula, is_view = _facts(func)
         flops = 0
-        if self.count_flops:
-            formula = REGISTRY.get(getattr(func, "_overloadpacket", None))
-            if formula is not None:
-                flops = self.flops[at] = self.flops.get(at, 0) + int(formula(*args, **kwargs, out_val=out))
+        if formula is not None and self.count_flops:
+            flops = self.flops[at] = self.flops.get(at, 0) + int(formula(*args, **kwargs, out_val=out))
         if outputs is None:  # no OP event: an op that allocates nothing (prim.device)
             return out
         if self.limit_bytes is not None and self.current_bytes > self.limit_bytes:
             raise TooBig(f"live tensors passed {self.limit_bytes} bytes")
-        inputs = tensors_in((args, kwargs))
-        self.io[at] = (0, 0) if func.is_view else (_bytes_of(inputs), _bytes_of(outputs))
-        if flops or len(self.trace) > at + 1:  # an op that costs something: which storages it read
-            live = self._live
-            self.reads[at] = tuple(entry[0] for t in inputs
-                                   if (entry := live.get(t.untyped_storage()._cdata)) is not None)
+        costs = flops or len(self.trace) > at + 1  # an op that costs something: which storages it read
+        if is_view and not costs:
+            self.io[at] = (0, 0)
+            return out
+        # One walk over the inputs: the bytes they hold (_bytes_of) and, for an op that costs
+        # something, the serials of the live storages it read, in argument order.
+        live, seen, serials, read = self._live, set(), [], 0
+        for t in tensors_in(args) + tensors_in(kwargs):
+            storage = t.untyped_storage()
+            if not is_view and id(t) not in seen:
+                seen.add(id(t))
+                read += min(t.numel() * t.element_size(), storage.nbytes())
+            if costs and (entry := live.get(storage._cdata)) is not None:
+                serials.append(entry[0])
+        self.io[at] = (0, 0) if is_view else (read, _bytes_of(outputs))
+        if costs:
+            self.reads[at] = tuple(serials)
         return out
+
+
+_FACTS: dict = {}
+
+
+def _facts(func) -> tuple:
+    """(its FLOP formula or None, whether it is a view) of an op, memoised per overload."""
+    found = _FACTS.get(func)
+    if found is None:
+        found = _FACTS[func] = (REGISTRY.get(getattr(func, "_overloadpacket", None)), bool(func.is_view))
+    return found
 
 
 def _bytes_of(tensors) -> int:

@@ -15,6 +15,17 @@ from shape and stride; quantized/sparse from dtype and layout). Equal quick keys
 mean equal torch keys, and the memo hands back the torch key torch itself built the first
 time; the cache lookup, bypass rules and output synthesis are torch's own, unchanged.
 
+Views, natively. torch computes a fake ``view``'s layout with its Python reference
+(``fake_impls._view_meta`` -> ``torch._refs._reshape_view_helper``: a chain of prims,
+~1.5 ms per op, measured) on every cache miss, and on *every* ``_unsafe_view``, which
+torch's cache never keeps ("unsafe view" bypass). QuickFakeTensorMode asks ATen's own
+view on a meta tensor of the same sizes and strides (the C++ ``computeStride``, ~1 us)
+and returns ``as_strided`` of the fake input with that layout: the same tensor (sizes,
+strides, storage offset, storage). Anything it does not vouch for takes torch's path:
+symbolic sizes, a shape environment, ``allow_copy``, no elements, zero dimensions, a
+layout ATen cannot view (torch raises its own error). The equality with torch's path is
+tested case by case and through every prediction (tests/profiler/measure/test_quickfake.py).
+
 Anything unusual gets no quick key and takes torch's path: a tensor that is not this
 mode's fake (or holds a constant), a symbolic value, a callable, an unknown argument
 type, a shape environment, proxy tracing. If torch's private ``_cache_key`` is not the
@@ -101,3 +112,55 @@ class QuickFakeTensorMode(FakeTensorMode):
             out.append(value)
         else:  # a real tensor, a SymInt, a function, anything else: torch's own key
             raise _NoQuickKey
+
+
+# --- views, natively (see the module docstring) ------------------------------------------
+def _plain_ints(values) -> bool:
+    return all(type(v) is int for v in values)
+
+
+def _install_quick_view() -> None:
+    """Route aten.view / aten._unsafe_view of QuickFakeTensorMode through ``quick_view``;
+    every other FakeTensorMode keeps torch's implementation."""
+    from torch._subclasses import fake_impls
+
+    table = getattr(fake_impls, "op_implementations_dict", None)
+    ops = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default)
+    if not isinstance(table, dict) or not all(op in table for op in ops):
+        return  # another torch: its own path everywhere
+    for op in ops:
+        torch_impl = table[op]
+        if getattr(torch_impl, "_attnprof_quick", False):
+            continue
+
+        def impl(fake_mode, func, a, *shape, _torch_impl=torch_impl, **kwargs):
+            if isinstance(fake_mode, QuickFakeTensorMode) and not kwargs:
+                out = quick_view(fake_mode, a, shape)
+                if out is not None:
+                    return out
+            return _torch_impl(fake_mode, func, a, *shape, **kwargs)
+
+        impl._attnprof_quick = True
+        impl.torch_impl = torch_impl
+        table[op] = impl
+
+
+def quick_view(fake_mode, a, shape):
+    """``a.view(shape)`` for a fake ``a``, its layout from ATen's meta view; None where
+    torch's own path must answer (see the module docstring)."""
+    if not fake_mode.enabled or fake_mode.shape_env is not None or type(a) is not FakeTensor:
+        return None
+    size = shape[0] if len(shape) == 1 and isinstance(shape[0], (list, tuple, torch.Size)) else shape
+    if not (_plain_ints(size) and _plain_ints(a.shape) and _plain_ints(a.stride())
+            and type(a.storage_offset()) is int) or a.dim() == 0 or a.numel() == 0:
+        return None
+    try:
+        stand_in = torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device="meta")
+        viewed = stand_in.view(size)  # ATen: infers -1, checks, computes the strides
+    except RuntimeError:
+        return None  # not viewable (or a bad size): torch's path raises its own error
+    return torch.ops.aten.as_strided.default(a, viewed.shape, viewed.stride(), a.storage_offset())
+
+
+if QuickFakeTensorMode.enabled:
+    _install_quick_view()

@@ -38,6 +38,17 @@ MARK = "mark"  # (MARK, label): a point the caller named, e.g. "backward"
 TRACE_DETAIL_OPS = ("scaled_dot_product",)
 
 
+_DETAILED: dict = {}
+
+
+def _detailed(name: str) -> bool:
+    """Whether the trace describes this op's tensor arguments (TRACE_DETAIL_OPS), memoised."""
+    found = _DETAILED.get(name)
+    if found is None:
+        found = _DETAILED[name] = any(part in name for part in TRACE_DETAIL_OPS)
+    return found
+
+
 @dataclass(frozen=True)
 class TensorInfo:
     """A tensor argument of a traced op, as the GPU model needs it."""
@@ -61,6 +72,17 @@ class MemoryReport:
     def to_dict(self) -> dict:
         return {"peak_bytes": self.peak_bytes, "end_bytes": self.end_bytes,
                 "breakdown_bytes": dict(self.breakdown_bytes), "largest_at_peak": list(self.largest_at_peak)}
+
+
+_DTYPE_NAMES: dict = {}
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    """"float32" for torch.float32 (memoised: a fake run asks for every new storage)."""
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype).replace("torch.", "")
+    return name
 
 
 def tensors_in(value) -> list:
@@ -105,6 +127,7 @@ class MemoryTracker(TorchDispatchMode):
         self._peak: list[tuple[int, int]] = []  # (serial, nbytes) live at the peak
         self._at_peak = False  # the live set is the peak's, not yet copied
         self._hooks = None
+        self._watch: dict[int, weakref.ref] = {}  # serial -> a weak reference to its live storage
         self.trace: Optional[list] = [] if trace else None  # the event sequence, when asked for
 
     # --- storage bookkeeping ---------------------------------------------------------
@@ -119,12 +142,16 @@ class MemoryTracker(TorchDispatchMode):
             return
         nbytes = storage.nbytes()
         self._serial += 1
-        self._origin[self._serial] = (op, tuple(t.shape), str(t.dtype).replace("torch.", ""))
-        self._live[key] = (self._serial, nbytes)
+        serial = self._serial
+        self._origin[serial] = (op, tuple(t.shape), _dtype_name(t.dtype))
+        self._live[key] = (serial, nbytes)
         if self.trace is not None:
-            self.trace.append((ALLOC, self._serial, nbytes, op))
+            self.trace.append((ALLOC, serial, nbytes, op))
         self.current_bytes += nbytes
-        weakref.finalize(storage, self._free, key, self._serial)
+        # A weak reference whose callback runs when the storage is freed (as weakref.finalize
+        # would, at a tenth of the cost: no global registry, nothing left to run at exit).
+        # The tracker keeps the reference alive until then; a tracker that is gone hears no more.
+        self._watch[serial] = weakref.ref(storage, lambda _, key=key, serial=serial: self._free(key, serial))
         if self.current_bytes > self.peak_bytes:
             self.peak_bytes = self.current_bytes
             self._at_peak = True
@@ -138,6 +165,7 @@ class MemoryTracker(TorchDispatchMode):
             self._at_peak = False
 
     def _free(self, key: int, serial: int) -> None:
+        self._watch.pop(serial, None)
         entry = self._live.get(key)
         if entry is not None and entry[0] == serial:
             self._snapshot_if_at_peak()
@@ -164,14 +192,14 @@ class MemoryTracker(TorchDispatchMode):
             self.trace.append((MARK, label))
 
     def _op_info(self, name: str, args, kwargs) -> Optional[dict]:
-        if not any(part in name for part in TRACE_DETAIL_OPS):
+        if not _detailed(name):
             return None
         described = []
         for a in (*args, *(kwargs or {}).values()):
             if isinstance(a, torch.Tensor):
                 entry = self._live.get(a.untyped_storage()._cdata)
                 described.append(TensorInfo(entry[0] if entry else None, tuple(a.shape), tuple(a.stride()),
-                                            str(a.dtype).replace("torch.", ""), bool(a.requires_grad)))
+                                            _dtype_name(a.dtype), bool(a.requires_grad)))
             else:
                 described.append(None)
         return {"grad_enabled": torch.is_grad_enabled(), "args": described}
@@ -190,11 +218,12 @@ class MemoryTracker(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         if func in _NO_ALLOCATION:
             return out, None
+        name = func.__name__
         if self.trace is not None:
-            self.trace.append((OP, func.__name__, self._op_info(func.__name__, args, kwargs)))
+            self.trace.append((OP, name, self._op_info(name, args, kwargs) if _detailed(name) else None))
         outputs = tensors_in(out)
         for t in outputs:
-            self._add(t, func.__name__)
+            self._add(t, name)
         return out, outputs
 
     def __enter__(self):

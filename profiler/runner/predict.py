@@ -3,19 +3,20 @@ longest length that fits a memory budget (at power-of-two or finer resolution).
 
 Predictions run in this process when there are few of them; many run in this process
 and in workers forked from it once it is warm (torch and the fake-tensor machinery
-imported), each taking the next point not yet taken, so no worker pays the warm-up.
+imported), each taking the next point not yet taken, so no worker pays the warm-up; a
+budget search schedules each of its predictions so (runner/chains.py).
 """
 
 from __future__ import annotations
 
 import math
-import multiprocessing as mp
 import os
-from typing import Callable, Optional
+from typing import Callable, Hashable, Optional
 
-from attnprof.profiler.forks import fork_executor
+from attnprof.profiler.collector import fewer_collections
 from attnprof.profiler.measure.accounting import predict
 from attnprof.profiler.measure.workload import scope_note
+from attnprof.profiler.runner.chains import run_chains
 from attnprof.profiler.runner.plan import series, shape_at, shape_problem
 from attnprof.profiler.records import Point
 from attnprof.profiler.units import fmt_bytes, fmt_flops
@@ -51,35 +52,36 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def spread(fn: Callable, tasks: list, workers: Optional[int] = None) -> list:
+def spread(fn: Callable, tasks: list, workers: Optional[int] = None,
+           warm_key: Callable[[object], Hashable] = lambda task: None) -> list:
     """``[fn(t) for t in tasks]``, over this process and ``workers - 1`` forked ones
-    (default: one per usable core). This process does the first task alone, then forks
-    the workers: they start with what it imported lazily (sympy, torch's fake-tensor
-    machinery) and with torch's fake-tensor dispatch cache filled by it, so no worker
-    imports or misses that again. Then each process takes the next task not yet taken:
-    workers from the end, this one from the start, until they meet. Forking is safe:
-    predictions touch no GPU, and the workers run real ops (small points) on one thread
-    (profiler/forks.py). ``fn`` and the tasks must be picklable (a module-level function)."""
+    (default: one per usable core), each task a chain of one step (``run_chains``): this
+    process does the first task alone, then forks the workers, which so start with what it
+    imported lazily (sympy, torch's fake-tensor machinery) and with the fake-tensor
+    dispatch cache it filled. Then this process takes tasks from the start of the list and
+    the workers from its end, each first a task whose ``warm_key`` it has run before.
+    Fewer than SPREAD_FROM tasks run here: forking a worker would cost more than it saves.
+    Collections are fewer meanwhile (profiler/collector.py)."""
     tasks = list(tasks)
-    workers = min(len(tasks), workers or usable_cores())
-    if workers < 2 or len(tasks) < SPREAD_FROM or mp.current_process().daemon:  # a pool's worker cannot fork
-        return [fn(t) for t in tasks]
-    results: list = [None] * len(tasks)
-    results[0] = fn(tasks[0])
-    with fork_executor(workers - 1) as pool:
-        futures = {i: pool.submit(fn, tasks[i]) for i in reversed(range(1, len(tasks)))}
-        for i in range(1, len(tasks)):
-            if futures[i].cancel():  # not taken by a worker yet: this process does it
-                results[i] = fn(tasks[i])
-        for i, future in futures.items():
-            if not future.cancelled():
-                results[i] = future.result()
-    return results
+    workers = workers or usable_cores()
+    with fewer_collections():
+        return run_chains(fn, [_once(t) for t in tasks], workers=workers if len(tasks) >= SPREAD_FROM else 1,
+                          warm_key=warm_key)
+
+
+def _once(task):
+    """A chain of one step."""
+    return (yield task)
+
+
+def point_key(point: Point) -> tuple:
+    """What a fake-tensor dispatch cache shares between points: the variant at a length."""
+    return point.variant, point.shape.seq_len
 
 
 def predict_points(scenario: Scenario) -> list[dict]:
     """Every point's prediction (``spread`` over the cores when there are many)."""
-    return spread(prediction_record, [p for s in series(scenario) for p in s])
+    return spread(prediction_record, [p for s in series(scenario) for p in s], warm_key=point_key)
 
 
 def longest_fitting(scenario: Scenario, budget_bytes: int, start: int = 256, limit: int | None = None,
@@ -95,13 +97,19 @@ def longest_fitting(scenario: Scenario, budget_bytes: int, start: int = 256, lim
     sparse by its stride), and every figure is a prediction, never an extrapolation.
     The search assumes the peak grows with n, which holds for these variants; each row
     says whether the lengths it predicted bear that out (``monotone``) and, if not, where.
-    Series run in parallel (``spread``).
+    Each series is a chain of predictions (``run_chains``): every prediction goes to
+    whichever core is free, the longest lengths first (in a variant whose fake run loops
+    over blocks of the sequence they take longest), a length a core has just run for the
+    same variant before any other (its fake-tensor cache holds that length's ops).
     """
     if resolution is not None and resolution <= 0:
         raise ValueError(f"resolution must be a positive number of tokens, got {resolution}")
     limit = limit or LONGEST_SEARCHED
     templates = [points[0] for points in series(scenario.override(seq_lens=(start,)))]
-    return spread(_longest_in_series, [(scenario, t, budget_bytes, start, limit, resolution) for t in templates])
+    chains = [_longest_in_series(scenario, t, budget_bytes, start, limit, resolution) for t in templates]
+    with fewer_collections():
+        return run_chains(prediction_record, chains, workers=usable_cores() if len(chains) >= SPREAD_FROM else 1,
+                          rank=lambda point: point.shape.seq_len, warm_key=point_key)
 
 
 class _Series:
@@ -121,13 +129,16 @@ class _Series:
             self._accepts[n] = shape_problem(self.point(n)) is None
         return self._accepts[n]
 
-    def at(self, n: int) -> dict:
+    def at(self, n: int):
+        """The record at n: ``record = yield from series.at(n)`` in a chain, which yields the
+        point to predict the first time n is asked for (``run_chains``)."""
         if n not in self.records:
-            self.records[n] = prediction_record(self.point(n))
+            self.records[n] = yield self.point(n)
         return self.records[n]
 
-    def fits(self, n: int, budget: int) -> bool:
-        record = self.at(n)
+    def fits(self, n: int, budget: int):
+        """``yield from``: whether the prediction at n fits the budget."""
+        record = yield from self.at(n)
         return record["status"] == "ok" and record["predicted_peak_bytes"] <= budget
 
     def accepted_near(self, n: int, lo: int, hi: int, step: int) -> Optional[int]:
@@ -151,8 +162,9 @@ class _Series:
         return True, ""
 
 
-def _longest_in_series(job) -> dict:
-    scenario, template, budget, start, limit, resolution = job
+def _longest_in_series(scenario: Scenario, template: Point, budget: int, start: int, limit: int,
+                       resolution: Optional[int]):
+    """One series' search, a chain: yields each point to predict, returns the row."""
     s = _Series(scenario, template)
     powers = [start << i for i in range(64) if start << i <= limit]
     # A variant may refuse some lengths (LSH needs two buckets): the search visits only those
@@ -161,19 +173,22 @@ def _longest_in_series(job) -> dict:
     lo, hi = -1, len(lengths)  # lengths[lo] fits (or none), lengths[hi] does not (or beyond)
     while hi - lo > 1:
         mid = _guess(s, lengths, lo, hi, budget)
-        lo, hi = (mid, hi) if s.fits(lengths[mid], budget) else (lo, mid)
+        lo, hi = (mid, hi) if (yield from s.fits(lengths[mid], budget)) else (lo, mid)
     best = lengths[lo] if lo >= 0 else None
     above = lengths[hi] if hi < len(lengths) else None  # the shortest that does not fit, if any
     if resolution is not None:
-        best, above = _finer(s, budget, best, above, limit, resolution)
+        best, above = yield from _finer(s, budget, best, above, limit, resolution)
     monotone, note = s.monotone()
     if above is None:
         reason = f"search stopped at the limit of {limit} tokens"
-    elif s.at(above)["status"] != "ok":
-        reason = s.at(above)["reason"]
     else:
-        reason = f"{above} tokens would need {fmt_bytes(s.at(above)['predicted_peak_bytes'])}"
-    row = dict(s.at(best)) if best else {**template.identity(), "seq_len": None, "predicted_peak_bytes": None}
+        record = yield from s.at(above)
+        if record["status"] != "ok":
+            reason = record["reason"]
+        else:
+            reason = f"{above} tokens would need {fmt_bytes(record['predicted_peak_bytes'])}"
+    row = dict((yield from s.at(best))) if best else {**template.identity(), "seq_len": None,
+                                                      "predicted_peak_bytes": None}
     return {**row, "budget_bytes": budget, "longest_fitting_seq_len": best, "limited_by": reason,
             "resolution": resolution, "monotone": monotone, "monotone_note": note,
             "lengths_predicted": len(s.records)}
@@ -220,10 +235,9 @@ def _fixed_bytes(record: dict) -> int:
     return breakdown.get("parameters", 0) + breakdown.get("gradients", 0)
 
 
-def _finer(s: _Series, budget: int, best: Optional[int], above: Optional[int], limit: int,
-           step: int) -> tuple[Optional[int], Optional[int]]:
-    """Within the power-of-two bracket (best fits, above does not), the longest accepted
-    multiple of ``step`` that fits, and the next accepted multiple above it."""
+def _finer(s: _Series, budget: int, best: Optional[int], above: Optional[int], limit: int, step: int):
+    """``yield from``: within the power-of-two bracket (best fits, above does not), the
+    longest accepted multiple of ``step`` that fits, and the next accepted multiple above it."""
     top = above if above is not None else limit + 1
     lo = s.accepted_near(best, 0, best + 1, step) if best else None  # the longest multiple <= best
     lo_n = lo or 0
@@ -232,11 +246,11 @@ def _finer(s: _Series, budget: int, best: Optional[int], above: Optional[int], l
         mid = s.accepted_near((lo_n + hi) // 2, lo_n, hi, step)
         if mid is None:
             break
-        if s.fits(mid, budget):
+        if (yield from s.fits(mid, budget)):
             lo_n = mid
         else:
             hi = mid
-    if lo_n and not s.fits(lo_n, budget):  # the multiple below a fitting power did not fit: not monotone
+    if lo_n and not (yield from s.fits(lo_n, budget)):  # the multiple below a fitting power did not fit: not monotone
         lo_n = 0
     return (lo_n or None), (hi if hi <= limit else None)
 

@@ -1,9 +1,9 @@
 """The sweep's warm helper: imports torch once, then forks one worker per point.
 
 Started by the sweep as ``python -m attnprof.profiler.runner.preload PARENT_PID FD``.
-Importing torch and attnprof, and one tiny fake-tensor prediction (which warms
-FakeTensorMode's lazy imports and caches, ~2 s the first time), happen here once
-instead of in every point's process. Nothing here runs a real kernel or touches CUDA,
+Importing torch and attnprof, one tiny prediction on real tensors (as small points
+are predicted) and one tiny fake-tensor run (``warm_fake_tensors``: FakeTensorMode's
+lazy imports, ~0.5 s), happen here once instead of in every point's process. Nothing here runs a real kernel or touches CUDA,
 and this process stays single-threaded, so forking from it stays safe.
 
 Why not multiprocessing's forkserver: its workers outlive a SIGKILLed sweep, it
@@ -36,7 +36,7 @@ def warm_up() -> None:
     import torch
 
     from attnprof.profiler.runner import worker  # noqa: F401  (the import is the point)
-    from attnprof.profiler.measure.accounting import predict
+    from attnprof.profiler.measure.accounting import predict, warm_fake_tensors
     from attnprof.profiler.records import Point, Shape
 
     # One thread: a small point is predicted by a real CPU run (accounting.small_point), and a
@@ -47,6 +47,7 @@ def warm_up() -> None:
     torch.set_num_threads(1)
     try:
         predict(Point("sdpa", "plain", "model", Shape(batch=1, seq_len=64, d_model=32, heads=2, layers=1)))
+        warm_fake_tensors()
     finally:
         torch.set_num_threads(threads)
 

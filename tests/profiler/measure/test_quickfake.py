@@ -27,12 +27,14 @@ def recorded(point: Point) -> tuple:
 @pytest.fixture
 def fresh_memo(monkeypatch):
     monkeypatch.setattr(QuickFakeTensorMode, "_quick_keys", {})
+    monkeypatch.setattr(FakeTensorMode, "cache", {})  # torch's dispatch cache: what a test puts in stays here
 
 
 @pytest.mark.parametrize("point", POINTS, ids=lambda p: f"{p.variant}-{p.mode}")
 def test_a_quick_fake_run_records_what_a_plain_one_does(point, monkeypatch, fresh_memo):
     quick = recorded(point)
-    monkeypatch.setattr(QuickFakeTensorMode, "enabled", False)  # torch's own key for every op
+    FakeTensorMode.cache.clear()  # torch's dispatch cache is shared: the plain run computes every op anew
+    monkeypatch.setattr(QuickFakeTensorMode, "enabled", False)  # torch's own key and views for every op
     assert recorded(point) == quick
 
 
@@ -68,3 +70,65 @@ def test_mutation_a_quick_key_without_strides_is_caught(monkeypatch, fresh_memo)
 def test_another_torch_gets_plain_fake_tensor_mode(monkeypatch):
     monkeypatch.setattr(FakeTensorMode, "_cache_key", lambda self, state, op, arguments, kw: None)
     assert not quickfake._supported()
+
+
+# --- views through ATen's meta view -------------------------------------------------------------
+def _view_cases():
+    """(name, make the input from a contiguous (2, 6, 4, 8) fake x, the view's size)."""
+    return [
+        ("contiguous", lambda x: x, (2, 6, 32)),
+        ("infer -1", lambda x: x, (-1, 8)),
+        ("one list argument", lambda x: x, [12, 32]),
+        ("sliced: an offset", lambda x: x[:, 2:5], (2, 3, 32)),
+        ("size-1 dims", lambda x: x[:1], (1, 1, 6, 32)),
+        ("stride 0: expanded", lambda x: x[:, :, :1].expand(2, 6, 4, 8), (12, 4, 8)),
+        ("permuted, still viewable", lambda x: x.permute(0, 1, 3, 2), (12, 8, 4)),
+        ("transposed, split a dim", lambda x: x.transpose(0, 1), (3, 2, 2, 4, 8)),
+    ]
+
+
+def _views(mode_cls, op=torch.ops.aten.view.default) -> list:
+    """Each case's view, computed afresh: torch's dispatch cache (shared by every mode) and
+    the quick keys emptied first, so neither mode reads what the other one computed."""
+    FakeTensorMode.cache.clear()
+    QuickFakeTensorMode._quick_keys.clear()
+    out = []
+    with mode_cls():
+        x = torch.empty(2, 6, 4, 8)
+        for name, make, size in _view_cases():
+            a = make(x)
+            v = op(a, list(size)) if op is torch.ops.aten._unsafe_view.default else a.view(size)
+            out.append((name, tuple(v.shape), v.stride(), v.storage_offset(), v.untyped_storage().nbytes(),
+                        v.untyped_storage()._cdata == x.untyped_storage()._cdata, v.dtype))
+    return out
+
+
+@pytest.mark.parametrize("op", [torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default],
+                         ids=["view", "_unsafe_view"])
+def test_quick_views_are_torchs_views(op, fresh_memo):
+    assert _views(QuickFakeTensorMode, op) == _views(FakeTensorMode, op)
+
+
+def test_quick_views_take_the_native_path_and_leave_the_rest_to_torch(monkeypatch, fresh_memo):
+    answered = []
+    original = quickfake.quick_view
+    monkeypatch.setattr(quickfake, "quick_view", lambda *a: answered.append(original(*a)) or answered[-1])
+    with QuickFakeTensorMode():
+        x = torch.empty(2, 6, 4, 8)
+        x.view(12, 32)
+        torch.empty(0, 4).view(4, 0)  # no elements: torch's path
+        with pytest.raises(Exception, match="view"):  # not viewable: torch's own error
+            x.transpose(1, 2).view(2, -1)
+    assert answered[0] is not None and answered[1] is None and answered[2] is None
+
+
+def test_mutation_a_quick_view_without_the_storage_offset_is_caught(monkeypatch, fresh_memo):
+    def at_offset_zero(fake_mode, a, shape):
+        out = original(fake_mode, a, shape)
+        return None if out is None else torch.ops.aten.as_strided.default(a, out.shape, out.stride(), 0)
+
+    original = quickfake.quick_view
+    assert _views(QuickFakeTensorMode) == _views(FakeTensorMode)
+    monkeypatch.setattr(QuickFakeTensorMode, "_quick_keys", {})
+    monkeypatch.setattr(quickfake, "quick_view", at_offset_zero)
+    assert _views(QuickFakeTensorMode) != _views(FakeTensorMode)

@@ -118,3 +118,28 @@ def test_small_points_in_forked_workers_do_not_hang(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["6"]
+
+
+def test_the_sweeps_warm_helper_imports_the_fake_tensor_machinery_for_its_points(tmp_path):
+    """preload.warm_up runs a small point for real (no fake machinery) and then a tiny fake
+    one, so the points it forks predict without importing sympy and torch's fake kernels."""
+    code = ("import sys\nfrom attnprof.profiler.runner.preload import warm_up\nwarm_up()\n"
+            "print(sorted(m for m in ('sympy', 'torch.fx.experimental.symbolic_shapes') if m in sys.modules))\n")
+    env = {**os.environ, "ATTNPROF_CACHE_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[0] == "['sympy', 'torch.fx.experimental.symbolic_shapes']"
+
+
+def test_a_budget_search_over_small_points_in_forked_workers_does_not_hang(tmp_path):
+    """As above, for the frontier search's scheduler (runner/chains.py)."""
+    code = ("import torch\ntorch.set_num_threads(2)\n(torch.randn(512, 512) @ torch.randn(512, 512)).sum()\n"
+            "from attnprof.profiler.runner.predict import longest_fitting\n"
+            "from attnprof.scenarios.scenario import Scenario\n"
+            "sc = Scenario(variants=('full', 'sdpa'), modes=('plain', 'checkpoint'), d_model=32, heads=2, layers=2)\n"
+            "rows = longest_fitting(sc, 8 << 20, start=64, limit=4096)\n"
+            "print(sum(r['longest_fitting_seq_len'] > 0 for r in rows))\n")
+    env = {**os.environ, "ATTNPROF_CACHE_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["4"]

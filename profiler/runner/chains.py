@@ -1,0 +1,199 @@
+"""Chains of predictions, each step waiting for the one before, over this process and
+forked workers, one prediction at a time.
+
+A frontier search (predict.longest_fitting) is one chain per variant x mode: predict a
+length, look at the peak, choose the next length. Given to workers a whole chain at a
+time, the slowest chain decides the wall time (measured: an LSH series, whose fake run
+grows with n, ran 2.8 s alone at the end while the other core idled). Here every step is
+scheduled on its own: whichever process is free takes the next length any chain waits
+for, so the cores stay busy until the last step.
+
+``run_chains(step, chains)``: each chain is a generator that yields a task, receives
+``step(task)`` back (``send``) and returns its answer; the answers come back in order.
+Which ready task a process takes: first one that repeats a ``warm_key`` it has run
+before (torch's fake-tensor dispatch cache is per process: the same variant at the same
+length costs a third as much the second time, measured), then the highest ``rank``.
+
+This process runs the first step alone, so that the workers, forked from it afterwards,
+start with what it imported (the fake-tensor machinery, ~0.5 s) instead of importing it
+again. Workers are forked before any thread starts, ignore Ctrl-C (this process decides),
+run single-threaded (profiler/forks.py), and end with this call. An exception in a step,
+a worker that dies, or Ctrl-C stops every chain and is raised here; no worker outlives it.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import signal
+import sys
+import threading
+import traceback
+from typing import Callable, Generator, Hashable, Optional
+
+Chain = Generator  # yields a task, is sent step(task), returns its answer
+
+
+class WorkerDied(RuntimeError):
+    """A forked worker ended without answering."""
+
+
+class _Board:
+    """What every chain waits for, under one lock: ready tasks, steps running, answers."""
+
+    def __init__(self, chains: list, rank: Callable, warm_key: Callable):
+        self.chains, self.rank, self.warm_key = chains, rank, warm_key
+        self.answers: list = [None] * len(chains)
+        self.ready: dict[int, object] = {}  # chain index -> its next task
+        self.running = 0
+        self.error: Optional[BaseException] = None
+        self.cond = threading.Condition()
+        for i in range(len(chains)):
+            self._advance(i, None, first=True)
+
+    def _advance(self, i: int, result, first: bool = False) -> None:
+        try:
+            task = next(self.chains[i]) if first else self.chains[i].send(result)
+        except StopIteration as done:
+            self.answers[i] = done.value
+        else:
+            self.ready[i] = task
+
+    def take(self, warm: set, wait: bool = True, from_end: bool = False) -> Optional[tuple]:
+        """The next (chain, task) for a process whose warm keys are ``warm``; None when
+        every chain has its answer (or, without ``wait``, when none is ready now). Among
+        equals the first chain, or with ``from_end`` the last: this process works from the
+        start of the list, the workers from its end, so neighbours (the same variant's
+        modes) stay in one process until they meet."""
+        with self.cond:
+            while not self.ready and self.running and self.error is None and wait:
+                self.cond.wait()
+            if self.error is not None:
+                raise self.error
+            if not self.ready:
+                return None
+            i = max(self.ready, key=lambda j: (self.warm_key(self.ready[j]) in warm, self.rank(self.ready[j]),
+                                               j if from_end else -j))
+            task = self.ready.pop(i)
+            warm.add(self.warm_key(task))
+            self.running += 1
+            return i, task
+
+    def give(self, i: int, result) -> None:
+        with self.cond:
+            self.running -= 1
+            try:
+                self._advance(i, result)
+            except BaseException as exc:  # the chain's own logic failed: every chain stops
+                self.error = self.error or exc
+            self.cond.notify_all()
+
+    def fail(self, exc: BaseException) -> None:
+        with self.cond:
+            self.error = self.error or exc
+            self.cond.notify_all()
+
+
+def run_chains(step: Callable, chains: list, *, workers: int = 1, rank: Callable = lambda task: 0,
+               warm_key: Callable[[object], Hashable] = lambda task: None) -> list:
+    """Every chain's answer (see the module docstring), over this process and ``workers``
+    - 1 forked ones. ``step``, its tasks and results must be picklable when workers > 1."""
+    board = _Board(list(chains), rank, warm_key)
+    mine: set = set()
+    first = board.take(mine, wait=False)
+    if first is None:
+        return board.answers
+    board.give(first[0], step(first[1]))
+    if workers < 2 or mp.current_process().daemon or not board.ready:  # a pool's worker cannot fork
+        return _here(board, step, mine)
+    procs, feeders = [], []
+    sys.stdout.flush()  # a forked child must not write what this process had buffered
+    sys.stderr.flush()
+    try:
+        for _ in range(workers - 1):
+            ours, theirs = mp.get_context("fork").Pipe()
+            proc = mp.get_context("fork").Process(target=_serve, args=(theirs, step), daemon=True)
+            proc.start()
+            theirs.close()
+            procs.append((proc, ours))
+        for proc, conn in procs:  # threads only after the last fork
+            feeder = threading.Thread(target=_feed, args=(board, proc, conn), daemon=True)
+            feeder.start()
+            feeders.append(feeder)
+        return _here(board, step, mine)
+    except BaseException as exc:
+        board.fail(exc)
+        raise
+    finally:
+        for proc, conn in procs:
+            if board.error is not None:
+                proc.kill()
+            try:
+                conn.send(None)  # a worker waiting for work ends
+            except (OSError, ValueError):
+                pass
+        for feeder in feeders:
+            feeder.join()
+        for proc, conn in procs:
+            proc.join()
+            conn.close()
+
+
+def _here(board: _Board, step: Callable, mine: set) -> list:
+    """This process's share: steps until every chain has its answer."""
+    while (got := board.take(mine)) is not None:
+        i, task = got
+        try:
+            result = step(task)
+        except BaseException as exc:
+            board.fail(exc)
+            raise
+        board.give(i, result)
+    return board.answers
+
+
+def _feed(board: _Board, proc, conn) -> None:
+    """One thread per worker: hands it the next ready task, gives its result back."""
+    warm: set = set()
+    while True:
+        try:
+            got = board.take(warm, from_end=True)
+        except BaseException:
+            return  # stopped: the caller raises
+        if got is None:
+            return
+        i, task = got
+        try:
+            conn.send(task)
+            ok, result = conn.recv()
+        except (EOFError, OSError):
+            proc.join(1)
+            board.fail(WorkerDied(f"a prediction worker ended without answering (exit code {proc.exitcode})"))
+            return
+        if not ok:
+            board.fail(result)
+            return
+        board.give(i, result)
+
+
+def _serve(conn, step: Callable) -> None:
+    """A worker: steps until it is sent None (or its parent is gone)."""
+    from attnprof.profiler.forks import single_threaded
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    single_threaded()
+    while True:
+        try:
+            task = conn.recv()
+        except (EOFError, OSError):
+            return
+        if task is None:
+            return
+        try:
+            answer = (True, step(task))
+        except BaseException as exc:  # raised in the parent: the exception if it pickles, else its text
+            answer = (False, exc)
+        try:
+            conn.send(answer)
+        except Exception as exc:  # an answer that does not pickle
+            what = "".join(traceback.format_exception_only(answer[1])).strip() if not answer[0] else repr(exc)
+            conn.send((False, RuntimeError(f"a prediction worker could not send its answer back: {what}")))
