@@ -103,21 +103,39 @@ def test_predicting_a_small_point_imports_no_fake_tensor_machinery(tmp_path):
     assert out.splitlines() == [REAL, "[]"]
 
 
+OPENMP_STARTED = "import torch\ntorch.set_num_threads(2)\n(torch.randn(512, 512) @ torch.randn(512, 512)).sum()\n"
+
+
+def python_out(code: str, tmp_path) -> str:
+    """What ``code`` prints in a fresh interpreter (with its own prediction cache); a
+    timeout, so that a hang fails."""
+    env = {**os.environ, "ATTNPROF_CACHE_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
 def test_small_points_in_forked_workers_do_not_hang(tmp_path):
     """The parent runs real ops (its OpenMP pool starts), then forks prediction workers that
     run small points for real too: they must not wait for the parent's pool (runner.predict
-    starts its workers single-threaded). A subprocess with a timeout, so a hang fails."""
-    code = ("import torch\ntorch.set_num_threads(2)\n(torch.randn(512, 512) @ torch.randn(512, 512)).sum()\n"
-            "from attnprof.profiler.runner.predict import spread, prediction_record\n"
+    starts its workers single-threaded)."""
+    code = (OPENMP_STARTED + "from attnprof.profiler.runner.predict import spread, prediction_record\n"
             "from attnprof.profiler.records import Point, Shape\n"
             "points = [Point(v, m, 'model', Shape(seq_len=256, d_model=64, heads=2, layers=2))\n"
             "          for v in ('full', 'sdpa', 'sparse_strided') for m in ('plain', 'checkpoint')]\n"
             "rows = spread(prediction_record, points, workers=2)\n"
             "print(sum(r['predicted_peak_bytes'] > 0 for r in rows))\n")
-    env = {**os.environ, "ATTNPROF_CACHE_DIR": str(tmp_path)}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["6"]
+    assert python_out(code, tmp_path).split() == ["6"]
+
+
+def test_a_budget_search_over_small_points_in_forked_workers_does_not_hang(tmp_path):
+    """As above, for the budget search's scheduler (runner/chains.py)."""
+    code = (OPENMP_STARTED + "from attnprof.profiler.runner.predict import longest_fitting\n"
+            "from attnprof.scenarios.scenario import Scenario\n"
+            "sc = Scenario(variants=('full', 'sdpa'), modes=('plain', 'checkpoint'), d_model=32, heads=2, layers=2)\n"
+            "rows = longest_fitting(sc, 8 << 20, start=64, limit=4096)\n"
+            "print(sum(r['longest_fitting_seq_len'] > 0 for r in rows))\n")
+    assert python_out(code, tmp_path).split() == ["4"]
 
 
 def test_the_sweeps_warm_helper_imports_the_fake_tensor_machinery_for_its_points(tmp_path):
@@ -125,21 +143,4 @@ def test_the_sweeps_warm_helper_imports_the_fake_tensor_machinery_for_its_points
     one, so the points it forks predict without importing sympy and torch's fake kernels."""
     code = ("import sys\nfrom attnprof.profiler.runner.preload import warm_up\nwarm_up()\n"
             "print(sorted(m for m in ('sympy', 'torch.fx.experimental.symbolic_shapes') if m in sys.modules))\n")
-    env = {**os.environ, "ATTNPROF_CACHE_DIR": str(tmp_path)}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split("\n")[0] == "['sympy', 'torch.fx.experimental.symbolic_shapes']"
-
-
-def test_a_budget_search_over_small_points_in_forked_workers_does_not_hang(tmp_path):
-    """As above, for the frontier search's scheduler (runner/chains.py)."""
-    code = ("import torch\ntorch.set_num_threads(2)\n(torch.randn(512, 512) @ torch.randn(512, 512)).sum()\n"
-            "from attnprof.profiler.runner.predict import longest_fitting\n"
-            "from attnprof.scenarios.scenario import Scenario\n"
-            "sc = Scenario(variants=('full', 'sdpa'), modes=('plain', 'checkpoint'), d_model=32, heads=2, layers=2)\n"
-            "rows = longest_fitting(sc, 8 << 20, start=64, limit=4096)\n"
-            "print(sum(r['longest_fitting_seq_len'] > 0 for r in rows))\n")
-    env = {**os.environ, "ATTNPROF_CACHE_DIR": str(tmp_path)}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["4"]
+    assert python_out(code, tmp_path).split("\n")[0] == "['sympy', 'torch.fx.experimental.symbolic_shapes']"

@@ -116,6 +116,23 @@ def test_predicting_many_points_in_parallel_equals_one_by_one():
     assert [{k: r[k] for k in keys} for r in parallel] == [{k: r[k] for k in keys} for r in serial]
 
 
+def test_a_budget_search_over_both_cores_equals_one_in_this_process(monkeypatch):
+    """Every prediction of the search scheduled on its own (runner/chains.py) changes
+    nothing in the rows: the same lengths, peaks and limits as one process, one series
+    after the other."""
+    from attnprof.profiler.runner import predict as runner
+    from attnprof.scenarios.scenario import Scenario
+
+    sc = Scenario(variants=("full", "sdpa", "lsh[bucket_size=16]"), modes=("plain", "reversible"), d_model=32,
+                  heads=2, layers=2)
+    parallel = runner.longest_fitting(sc, 24 << 20, start=64, limit=1 << 14)
+    monkeypatch.setattr(runner, "usable_cores", lambda: 1)
+    serial = runner.longest_fitting(sc, 24 << 20, start=64, limit=1 << 14)
+    assert [{k: v for k, v in r.items() if k not in ("predict_ms", "prediction_cached")} for r in parallel] == \
+        [{k: v for k, v in r.items() if k not in ("predict_ms", "prediction_cached")} for r in serial]
+    assert len({r["longest_fitting_seq_len"] for r in parallel}) > 1
+
+
 # --- the budget at a finer resolution -----------------------------------------------------------
 def _budget_scenario(variant):
     from attnprof.scenarios.scenario import Scenario
