@@ -116,25 +116,42 @@ def test_a_worker_dies_with_its_helper_and_the_sweep_goes_on(tmp_path):
     from attnprof.scenarios.scenario import Scenario
 
     victims: list[psutil.Process] = []
+    trouble: list[str] = []
+
+    def helper_with_a_worker() -> list[psutil.Process]:
+        """[the helper, its worker], or [] while there is none. Every child is asked on its
+        own: one that ended meanwhile (a zombie left by an earlier test, e.g. Ray's) has no
+        command line, and psutil says so with an exception."""
+        for child in psutil.Process().children():
+            try:
+                if HELPER_MODULE in " ".join(child.cmdline()) and (workers := child.children()):
+                    return [child, *workers]
+            except psutil.Error:
+                continue
+        return []
 
     def kill_helper_once_the_worker_runs():
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            helpers = [p for p in psutil.Process().children() if HELPER_MODULE in " ".join(p.cmdline())]
-            workers = helpers[0].children() if helpers else []
-            if workers:
-                victims.extend(helpers[:1] + workers)
-                helpers[0].kill()
-                return
-            time.sleep(0.05)
+        try:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                if found := helper_with_a_worker():
+                    victims.extend(found)
+                    found[0].kill()
+                    return
+                time.sleep(0.05)
+            trouble.append("no helper with a worker within 120 s")
+        except Exception as exc:  # said in the assertion below, not lost in a thread
+            trouble.append(repr(exc))
 
     killer = threading.Thread(target=kill_helper_once_the_worker_runs, daemon=True)
     killer.start()
     sc = Scenario(name="t", variants=("sdpa",), modes=("plain",), min_len=64, max_len=256, d_model=32, heads=2,
                   layers=1, repeats=1, warmup=0)
-    settings = SweepSettings(device="cpu", warmup=0, repeats=1, point_timeout_s=600.0, test_hook="sdpa@64=hang")
+    # the point hangs until the helper is killed; if the killer fails, the timeout ends it in 3 minutes, not 10
+    settings = SweepSettings(device="cpu", warmup=0, repeats=1, point_timeout_s=180.0, test_hook="sdpa@64=hang")
     run_sweep(sc, tmp_path, settings, show_progress=False)
     killer.join(timeout=5)
+    assert not trouble, trouble
     assert len(victims) == 2 and not alive(victims)
     records = {r["seq_len"]: r for r in read_records(tmp_path)}
     assert records[64]["status"] == "crashed" and "helper process died" in records[64]["reason"]
