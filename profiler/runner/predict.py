@@ -107,8 +107,8 @@ def longest_fitting(scenario: Scenario, budget_bytes: int, start: int = 256, lim
     limit = limit or LONGEST_SEARCHED
     templates = [points[0] for points in series(scenario.override(seq_lens=(start,)))]
     chains = [_longest_in_series(scenario, t, budget_bytes, start, limit, resolution) for t in templates]
-    with fewer_collections():
-        return run_chains(prediction_record, chains, workers=usable_cores() if len(chains) >= SPREAD_FROM else 1,
+    with fewer_collections():  # two series are already several predictions each: worth a worker
+        return run_chains(prediction_record, chains, workers=usable_cores() if len(chains) >= 2 else 1,
                           rank=lambda point: point.shape.seq_len, warm_key=point_key)
 
 

@@ -133,6 +133,18 @@ def test_a_budget_search_over_both_cores_equals_one_in_this_process(monkeypatch)
     assert len({r["longest_fitting_seq_len"] for r in parallel}) > 1
 
 
+def test_a_budget_search_over_two_series_uses_the_cores_and_one_series_does_not(monkeypatch):
+    from attnprof.profiler.runner import predict as runner
+    from attnprof.scenarios.scenario import Scenario
+
+    asked = []
+    monkeypatch.setattr(runner, "usable_cores", lambda: 2)
+    monkeypatch.setattr(runner, "run_chains", lambda step, chains, workers, **kw: asked.append(workers) or [])
+    for modes in (("plain", "checkpoint"), ("plain",)):
+        runner.longest_fitting(Scenario(variants=("sdpa",), modes=modes, d_model=32, heads=2), 1 << 30)
+    assert asked == [2, 1]
+
+
 # --- the budget at a finer resolution -----------------------------------------------------------
 def _budget_scenario(variant):
     from attnprof.scenarios.scenario import Scenario
