@@ -12,7 +12,6 @@ So every forked worker runs single-threaded, set before it runs anything
 from __future__ import annotations
 
 import multiprocessing as mp
-from concurrent.futures import ProcessPoolExecutor
 
 
 def single_threaded() -> None:
@@ -20,11 +19,6 @@ def single_threaded() -> None:
     import torch
 
     torch.set_num_threads(1)
-
-
-def fork_executor(workers: int) -> ProcessPoolExecutor:
-    """A ProcessPoolExecutor of forked, single-threaded workers."""
-    return ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("fork"), initializer=single_threaded)
 
 
 def fork_pool(workers: int):

@@ -13,11 +13,9 @@ measurement: records carry them in ``gpu_*`` fields, tables label them "model".
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Optional
 
-from attnprof.profiler.forks import fork_executor
 from attnprof.profiler.gpu.allocator import CachingAllocator, OutOfMemory
 from attnprof.profiler.gpu.kernels import (ALIAS, ALLOC, CPU_FLASH_FWD, FREE, OP, TIE, choose_sdpa_backend,
                                            cublas_workspace_bytes, substitute)
@@ -201,12 +199,11 @@ def _point_job(job) -> list[dict]:
 
 
 def _pool_map(fn, jobs: list) -> list:
-    """Like runner/predict.py: fork workers over the CPU's cores (fake tensors, no GPU)."""
-    workers = min(len(jobs), os.cpu_count() or 1)
-    if workers < 2:
-        return [fn(j) for j in jobs]
-    with fork_executor(workers) as pool:
-        return list(pool.map(fn, jobs))
+    """``[fn(j) for j in jobs]`` over the CPU's cores, as every prediction (runner/predict.spread:
+    fake tensors, no GPU)."""
+    from attnprof.profiler.runner.predict import spread
+
+    return spread(fn, jobs)
 
 
 def add_gpu_fields(records: list[dict], points: list[Point], gpus: list[GpuSpec]) -> list[dict]:

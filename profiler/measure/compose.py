@@ -126,22 +126,15 @@ class Tracer(MemoryTracker):
         if self.limit_bytes is not None and self.current_bytes > self.limit_bytes:
             raise TooBig(f"live tensors passed {self.limit_bytes} bytes")
         costs = flops or len(self.trace) > at + 1  # an op that costs something: which storages it read
-        if is_view and not costs:
+        if is_view and not costs:  # a view costs nothing and reads nothing: no walk over its inputs
             self.io[at] = (0, 0)
             return out
-        # One walk over the inputs: the bytes they hold (_bytes_of) and, for an op that costs
-        # something, the serials of the live storages it read, in argument order.
-        live, seen, serials, read = self._live, set(), [], 0
-        for t in tensors_in(args) + tensors_in(kwargs):
-            storage = t.untyped_storage()
-            if not is_view and id(t) not in seen:
-                seen.add(id(t))
-                read += min(t.numel() * t.element_size(), storage.nbytes())
-            if costs and (entry := live.get(storage._cdata)) is not None:
-                serials.append(entry[0])
-        self.io[at] = (0, 0) if is_view else (read, _bytes_of(outputs))
+        inputs = tensors_in((args, kwargs))
+        self.io[at] = (0, 0) if is_view else (_bytes_of(inputs), _bytes_of(outputs))
         if costs:
-            self.reads[at] = tuple(serials)
+            live = self._live
+            self.reads[at] = tuple(entry[0] for t in inputs
+                                   if (entry := live.get(t.untyped_storage()._cdata)) is not None)
         return out
 
 

@@ -220,7 +220,7 @@ class MemoryTracker(TorchDispatchMode):
             return out, None
         name = func.__name__
         if self.trace is not None:
-            self.trace.append((OP, name, self._op_info(name, args, kwargs) if _detailed(name) else None))
+            self.trace.append((OP, name, self._op_info(name, args, kwargs)))
         outputs = tensors_in(out)
         for t in outputs:
             self._add(t, name)

@@ -31,6 +31,8 @@ import threading
 import traceback
 from typing import Callable, Generator, Hashable, Optional
 
+from attnprof.profiler.collector import fewer_collections
+
 Chain = Generator  # yields a task, is sent step(task), returns its answer
 
 
@@ -97,8 +99,14 @@ class _Board:
 def run_chains(step: Callable, chains: list, *, workers: int = 1, rank: Callable = lambda task: 0,
                warm_key: Callable[[object], Hashable] = lambda task: None) -> list:
     """Every chain's answer (see the module docstring), over this process and ``workers``
-    - 1 forked ones. ``step``, its tasks and results must be picklable when workers > 1."""
-    board = _Board(list(chains), rank, warm_key)
+    - 1 forked ones. ``step``, its tasks and results must be picklable when workers > 1.
+    Collections are fewer meanwhile (profiler/collector.py)."""
+    with fewer_collections():
+        return _run(step, list(chains), workers, rank, warm_key)
+
+
+def _run(step: Callable, chains: list, workers: int, rank: Callable, warm_key: Callable) -> list:
+    board = _Board(chains, rank, warm_key)
     mine: set = set()
     first = board.take(mine, wait=False)
     if first is None:

@@ -13,7 +13,6 @@ import math
 import os
 from typing import Callable, Hashable, Optional
 
-from attnprof.profiler.collector import fewer_collections
 from attnprof.profiler.measure.accounting import predict
 from attnprof.profiler.measure.workload import scope_note
 from attnprof.profiler.runner.chains import run_chains
@@ -60,13 +59,11 @@ def spread(fn: Callable, tasks: list, workers: Optional[int] = None,
     imported lazily (sympy, torch's fake-tensor machinery) and with the fake-tensor
     dispatch cache it filled. Then this process takes tasks from the start of the list and
     the workers from its end, each first a task whose ``warm_key`` it has run before.
-    Fewer than SPREAD_FROM tasks run here: forking a worker would cost more than it saves.
-    Collections are fewer meanwhile (profiler/collector.py)."""
+    Fewer than SPREAD_FROM tasks run here: forking a worker would cost more than it saves."""
     tasks = list(tasks)
     workers = workers or usable_cores()
-    with fewer_collections():
-        return run_chains(fn, [_once(t) for t in tasks], workers=workers if len(tasks) >= SPREAD_FROM else 1,
-                          warm_key=warm_key)
+    return run_chains(fn, [_once(t) for t in tasks], workers=workers if len(tasks) >= SPREAD_FROM else 1,
+                      warm_key=warm_key)
 
 
 def _once(task):
@@ -107,9 +104,9 @@ def longest_fitting(scenario: Scenario, budget_bytes: int, start: int = 256, lim
     limit = limit or LONGEST_SEARCHED
     templates = [points[0] for points in series(scenario.override(seq_lens=(start,)))]
     chains = [_longest_in_series(scenario, t, budget_bytes, start, limit, resolution) for t in templates]
-    with fewer_collections():  # two series are already several predictions each: worth a worker
-        return run_chains(prediction_record, chains, workers=usable_cores() if len(chains) >= 2 else 1,
-                          rank=lambda point: point.shape.seq_len, warm_key=point_key)
+    # two series are already several predictions each: worth a worker
+    return run_chains(prediction_record, chains, workers=usable_cores() if len(chains) >= 2 else 1,
+                      rank=lambda point: point.shape.seq_len, warm_key=point_key)
 
 
 class _Series:
