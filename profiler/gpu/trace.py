@@ -34,8 +34,9 @@ def record_trace(point: Point, *, sdpa_math: bool = False, seed: int = 0) -> Tra
     flash kernel, whose events ``kernels.substitute`` replaces.
     """
     import torch
-    from torch._subclasses.fake_tensor import FakeTensorMode
 
+    from attnprof.profiler.measure.fakemode import light_dynamo
+    from attnprof.profiler.measure.quickfake import new_fake_mode
     from attnprof.profiler.measure.tracker import MemoryTracker
     from attnprof.profiler.measure.workload import Workload
 
@@ -47,7 +48,7 @@ def record_trace(point: Point, *, sdpa_math: bool = False, seed: int = 0) -> Tra
         backend = sdpa_kernel(SDPBackend.MATH)
     else:
         backend = contextlib.nullcontext()
-    with FakeTensorMode():
+    with light_dynamo(), new_fake_mode(quick=False):  # made inside: it reads torch._dynamo.config
         work = Workload(point, "cpu")
         with backend, MemoryTracker(trace=True) as tracker:
             tracker.track(work.params, "parameters")

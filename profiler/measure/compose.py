@@ -282,10 +282,12 @@ class Traced:
 
 
 def trace_point(point: Point, *, marks: bool = False, count_flops: bool = True, seed: int = 0,
-                real_limit_bytes: Optional[int] = None) -> Traced:
+                real_limit_bytes: Optional[int] = None, mode: Optional[type] = None) -> Traced:
     """Run ``point`` once under FakeTensorMode with the tracer, exactly as
     ``accounting.account(point, fake=True)`` runs it; ``marks`` cuts the trace into runs.
 
+    ``mode``: the fake mode's class (default: ``quickfake.new_fake_mode()``, the fast one
+    where this torch passed ``internals.check``, which compares the two).
     ``real_limit_bytes``: run on real CPU tensors instead (the tracker's figures are the
     same, tests/profiler/measure/test_small_points.py), giving up with ``TooBig`` as soon
     as the live tensors pass the limit. A small point costs milliseconds this way, and no
@@ -294,10 +296,8 @@ def trace_point(point: Point, *, marks: bool = False, count_flops: bool = True, 
 
     start = time.perf_counter()
     torch.manual_seed(seed)
-    if real_limit_bytes is None:  # imported when needed: the fake-tensor machinery costs ~0.8 s
-        from attnprof.profiler.measure.quickfake import QuickFakeTensorMode
     # the mode is made inside light_dynamo: FakeTensorMode() reads torch._dynamo.config
-    with light_dynamo(), (QuickFakeTensorMode() if real_limit_bytes is None else contextlib.nullcontext()):
+    with light_dynamo(), (_fake_mode(mode) if real_limit_bytes is None else contextlib.nullcontext()):
         work = Workload(point, "cpu")
         tracer = Tracer(count_flops, limit_bytes=real_limit_bytes)
         marker = _Marks(tracer, work, point.spec.layer_period()) if marks and point.scope == "model" else None
@@ -323,6 +323,13 @@ def trace_point(point: Point, *, marks: bool = False, count_flops: bool = True, 
                   tracer.flops, tracer.reads, backward_at[0] if backward_at else end, categories, origins,
                   marker.periods if marker is not None and marker.ok else 0, (time.perf_counter() - start) * 1e3,
                   tracer.io)
+
+
+def _fake_mode(mode: Optional[type]):
+    """The fake mode a trace runs in (imported when needed: the fake-tensor machinery costs ~0.8 s)."""
+    from attnprof.profiler.measure.quickfake import new_fake_mode
+
+    return new_fake_mode() if mode is None else mode()
 
 
 def _count(counter: dict, key: tuple, n: int = 1) -> None:

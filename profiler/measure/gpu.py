@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterator, Optional
 import psutil
 import torch
 
+from attnprof.profiler.measure import devices
 from attnprof.profiler.measure.timing import cpu_time, cuda_time, summarize  # noqa: F401  (re-exported)
 
 try:
@@ -31,15 +32,6 @@ DEFAULT_INTERVAL_S = 0.005  # 5 ms poll: cheap for NVML, still misses peaks shor
 CPU_LIMIT_FRACTION = 0.8  # leave 20% of available RAM to the OS and the parent process
 NO_PID_MATCH = "per-process figure unavailable: PID namespace"
 
-
-def prefer_pci_bus_order() -> None:
-    """torch numbers GPUs fastest-first by default, NVML and nvidia-smi by PCI bus: make
-    them agree (this process, once CUDA starts, and its workers); a user's choice is kept."""
-    if not torch.cuda.is_initialized():
-        os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
-
-
-prefer_pci_bus_order()
 
 
 def _nvml_init() -> str:
@@ -307,21 +299,34 @@ def _gpu_facts(env: dict, device: str, notes: list[str]) -> None:
         except pynvml.NVMLError as exc:
             notes.append(f"NVML: {exc}")
     if env["device_name"] is None or env["compute_capability"] is None:
+        facts = _torch_facts(index)
+        if not facts:
+            notes.append(f"no CUDA device: {devices.probe().get('error') or f'no cuda:{index}'}")
+            return
+        env["device_name"] = env["device_name"] or facts["name"]
+        env["device_memory_bytes"] = env["device_memory_bytes"] or facts["total_memory_bytes"]
+        env["compute_capability"] = env["compute_capability"] or facts["capability"]
+
+
+def _torch_facts(index: int) -> dict:
+    """torch's view of a device: from this process if CUDA is initialised here, else from
+    a throw-away probe process (asking here would poison fork: measure/devices.py)."""
+    if torch.cuda.is_initialized():
         try:
             props = torch.cuda.get_device_properties(index)
-        except Exception as exc:  # noqa: BLE001 - CPU build, no device, bad index
-            notes.append(f"no CUDA device: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
-            return
-        env["device_name"] = env["device_name"] or props.name
-        env["device_memory_bytes"] = env["device_memory_bytes"] or int(props.total_memory)
-        env["compute_capability"] = env["compute_capability"] or f"{props.major}.{props.minor}"
+        except Exception:  # noqa: BLE001 - bad index
+            return {}
+        return {"name": props.name, "total_memory_bytes": int(props.total_memory),
+                "capability": f"{props.major}.{props.minor}"}
+    return devices.device_facts(index)
 
 
 def default_memory_limit_bytes(device: str) -> int:
     """The memory a sweep may plan for: 80% of available RAM, or the GPU's total memory.
 
     For a GPU, NVML is asked first: it does not initialise CUDA, so a parent process
-    that only plans and spawns workers keeps no CUDA context. torch is the fallback.
+    that only plans and spawns workers keeps no CUDA context and can still fork. torch is
+    the fallback, asked in a throw-away process unless CUDA is initialised here already.
     """
     if not str(device).startswith("cuda"):
         return int(CPU_LIMIT_FRACTION * psutil.virtual_memory().available)
@@ -332,7 +337,8 @@ def default_memory_limit_bytes(device: str) -> int:
                 return int(pynvml.nvmlDeviceGetMemoryInfo(nvml_handle_for(index)).total)
         except pynvml.NVMLError:
             pass  # torch below
-    try:
-        return int(torch.cuda.mem_get_info(index)[1])
-    except Exception as exc:  # noqa: BLE001
-        raise RuntimeError(f"cannot read the memory of {device}: no NVML and no CUDA ({exc})") from None
+    total = _torch_facts(index).get("total_memory_bytes")
+    if not total:
+        raise RuntimeError(f"cannot read the memory of {device}: no NVML and no CUDA "
+                           f"({devices.probe().get('error') or 'no such device'})")
+    return int(total)

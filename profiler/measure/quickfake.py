@@ -50,6 +50,27 @@ class _NoQuickKey(Exception):
     pass
 
 
+class CpuFakeTensorMode(FakeTensorMode):
+    """FakeTensorMode for attnprof's fakes, which all live on the CPU device: it never asks
+    whether CUDA is there.
+
+    torch's ``avoid_device_init`` property calls ``torch.cuda.is_available()`` on entering
+    the mode and on every op it dispatches. On a CUDA build that is
+    ``torch._C._cuda_getDeviceCount()``, which poisons fork (torch/csrc/cuda/Module.cpp):
+    every worker forked afterwards fails at its first CUDA tensor. True here is the answer
+    torch gives on a machine without a GPU, the right one for CPU fakes (no constant on a
+    CPU fake is ever moved to a device). tests/profiler/test_no_cuda_before_fork.py.
+    Build one with ``new_fake_mode``, never directly."""
+
+    @property
+    def avoid_device_init(self) -> bool:
+        return True
+
+    @avoid_device_init.setter
+    def avoid_device_init(self, value) -> None:  # an older torch assigns it in __init__
+        pass
+
+
 def _supported() -> bool:
     method = getattr(FakeTensorMode, "_cache_key", None)
     try:
@@ -58,7 +79,7 @@ def _supported() -> bool:
         return False
 
 
-class QuickFakeTensorMode(FakeTensorMode):
+class QuickFakeTensorMode(CpuFakeTensorMode):
     """FakeTensorMode with a memoised dispatch-cache key (see the module docstring)."""
 
     enabled = _supported()
@@ -164,3 +185,15 @@ def quick_view(fake_mode, a, shape):
 
 if QuickFakeTensorMode.enabled:
     _install_quick_view()
+
+
+def new_fake_mode(*, quick: bool = True) -> FakeTensorMode:
+    """The one constructor of every fake-tensor mode attnprof builds: CPU fakes that never
+    probe CUDA; ``quick`` for the memoised key and native views, where this torch passed
+    ``internals.check`` (otherwise torch's own path: slower, the same figures)."""
+    if quick and QuickFakeTensorMode.enabled:
+        from attnprof.profiler.measure import internals
+
+        if internals.trusted():
+            return QuickFakeTensorMode()
+    return CpuFakeTensorMode()

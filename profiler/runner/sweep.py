@@ -170,8 +170,11 @@ def run_sweep(scenario: Scenario, out_dir: Path, settings: SweepSettings, *, res
     SIGTERM; raises SweepError (exit 2) when it cannot start, StorageError (exit 1)
     when the folder cannot be written; every record written before is kept either way.
     """
+    from attnprof.profiler.measure.devices import prefer_pci_bus_order
+
     out_dir = Path(out_dir)
     plan = series(scenario)  # a PlanError before anything is created
+    prefer_pci_bus_order()  # before any CUDA work here or in the helper and workers, which inherit it
     total = sum(len(s) for s in plan)
     summary = SweepSummary(out_dir)
     started = time.perf_counter()
@@ -385,15 +388,19 @@ def _stop_reason(record: dict) -> Optional[str]:
 
 
 def resolve_device(device: str) -> str:
+    """auto -> cuda or cpu. Asked without initialising CUDA here (measure/devices.py): this
+    process forks prediction workers, which a CUDA query would poison."""
+    from attnprof.profiler.measure import devices
+
     if device == "auto":
-        import torch
-
-        return "cuda" if torch.cuda.is_available() else "cpu"
+        return "cuda" if devices.cuda_available() else "cpu"
     if device.startswith("cuda"):
-        import torch
+        if not devices.cuda_available():
+            import torch
 
-        if not torch.cuda.is_available():
-            raise SweepError(f"--device {device}: no CUDA device is available (torch {torch.__version__})")
+            why = devices.probe().get("error") if devices.cuda_compiled() else "a CPU build of torch"
+            raise SweepError(f"--device {device}: no CUDA device is available (torch {torch.__version__}"
+                             f"{': ' + why if why else ''})")
         return device
     if device != "cpu":
         raise SweepError(f"unknown device {device!r}; choose auto, cpu or cuda")

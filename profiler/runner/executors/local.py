@@ -27,9 +27,9 @@ def visible_gpus() -> list[str]:
     listed = os.environ.get("CUDA_VISIBLE_DEVICES")
     if listed is not None:
         return [entry.strip() for entry in listed.split(",") if entry.strip()]
-    import torch
+    from attnprof.profiler.measure.devices import device_count  # never torch.cuda here: this process forks
 
-    return [str(i) for i in range(torch.cuda.device_count())]
+    return [str(i) for i in range(device_count())]
 
 
 class LocalExecutor(Executor):

@@ -235,6 +235,10 @@ def describe_nodes(nodes: list[dict]) -> list[dict]:
 # --- the task -----------------------------------------------------------------------------------
 def point_task(point: Point, settings: dict):
     """Runs in a Ray worker (a fresh process): say where it runs, then measure the point."""
+    from attnprof.profiler.measure.devices import prefer_pci_bus_order
+
+    prefer_pci_bus_order()  # first: device numbering is fixed when CUDA starts, so before any torch work
+
     from attnprof import __version__
     from attnprof.profiler.runner import worker
     from attnprof.profiler.runner.preload import warm_up

@@ -217,12 +217,13 @@ def test_handle_through_cuda_visible_devices(monkeypatch):
 
 
 def test_pci_bus_order_is_the_default_and_a_user_choice_is_kept(monkeypatch):
-    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    from attnprof.profiler.measure import devices
+
     monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
-    gpu.prefer_pci_bus_order()
+    devices.prefer_pci_bus_order()
     assert os.environ["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
     monkeypatch.setenv("CUDA_DEVICE_ORDER", "FASTEST_FIRST")
-    gpu.prefer_pci_bus_order()
+    devices.prefer_pci_bus_order()
     assert os.environ["CUDA_DEVICE_ORDER"] == "FASTEST_FIRST"
 
 
@@ -371,8 +372,14 @@ def test_default_memory_limit_cuda_from_nvml_total(monkeypatch):
     assert default_memory_limit_bytes("cuda:0") == 141 * GiB
 
 
-def test_default_memory_limit_cuda_falls_back_to_torch(monkeypatch, no_nvml):
-    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (60 * GiB, 80 * GiB))
+def test_default_memory_limit_cuda_falls_back_to_torch_in_a_probe_process(monkeypatch, no_nvml):
+    """Without NVML, torch answers, but from a throw-away process: asking here would poison fork."""
+    from attnprof.profiler.measure import devices
+
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: pytest.fail("CUDA initialised in this process"))
+    monkeypatch.setattr(devices, "probe", lambda: {"count": 1, "devices": [{"name": "H200", "capability": "9.0",
+                                                                           "total_memory_bytes": 80 * GiB}]})
     assert default_memory_limit_bytes("cuda") == 80 * GiB
 
 

@@ -1,0 +1,134 @@
+"""Whether this torch's private fake-tensor internals still behave as the fast path assumes.
+
+The fast prediction path leans on three things torch does not promise to keep:
+``FakeTensorMode._cache_key`` (``quickfake.QuickFakeTensorMode`` memoises it), the fake
+``view`` implementations in ``fake_impls.op_implementations_dict`` (``quick_view``
+replaces them) and the layout of ``torch._dynamo.config`` (``fakemode.light_dynamo``,
+which falls back to the real package by itself). attnprof is tested on torch 2.11 (the
+lent GPU machine's) and 2.13 (this project's CPU machines); any other torch may differ.
+
+So once per process, before the first quick fake mode is handed out, ``trusted`` traces
+one tiny point twice, through the fast path and through torch's own (``CpuFakeTensorMode``:
+no memoised key, torch's views), and compares everything a prediction is made of: the
+event sequence, peak, breakdown, largest storages and FLOPs. Where anything differs, or
+the internals are missing, the fast path steps aside for the rest of the process with one
+line on stderr saying so: a prediction is then slower, never wrong. The check costs two
+tiny traces (~0.1 s, after the fake-tensor imports every fake prediction pays anyway).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Optional
+
+_verdict: Optional[bool] = None
+_problem = ""
+def trusted() -> bool:
+    """Whether the quick fake mode may be used in this process (checked once, see above)."""
+    global _verdict, _problem
+    if _verdict is None:
+        _verdict = True  # the check's own quick run asks too
+        try:
+            _problem = check()
+        except Exception as exc:  # noqa: BLE001 - an internal that raises is one that differs
+            _problem = f"the check itself failed ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+        if _problem:
+            distrust(_problem)
+    return _verdict
+
+
+def distrust(problem: str) -> None:
+    """Turn the fast path off for this process and say so in one line."""
+    global _verdict, _problem
+    from attnprof.profiler.measure.quickfake import QuickFakeTensorMode
+
+    import torch
+
+    _verdict, _problem = False, problem
+    QuickFakeTensorMode.enabled = False
+    print(f"attnprof: torch {torch.__version__}'s fake-tensor internals differ from what the fast prediction "
+          f"path was written for ({problem}); predicting through torch's own path instead (slower, same figures)",
+          file=sys.stderr, flush=True)
+
+
+def problem() -> str:
+    """Why the fast path stepped aside in this process ("" when it did not)."""
+    return _problem
+
+
+def check() -> str:
+    """"" when a tiny trace records the same events under the quick and the plain fake mode
+    (and the memo was used), else why not."""
+    from attnprof.profiler.measure.quickfake import CpuFakeTensorMode, QuickFakeTensorMode
+
+    if not QuickFakeTensorMode.enabled:
+        return "FakeTensorMode._cache_key is not the method the quick key memoises"
+    plain = _fresh(_tiny_trace, CpuFakeTensorMode)  # first: torch computes every op itself
+    hits_before = QuickFakeTensorMode.quick_hits
+    quick = _fresh(_tiny_trace, QuickFakeTensorMode)
+    if QuickFakeTensorMode.quick_hits == hits_before:
+        return "the memoised dispatch key was never used"
+    if quick != plain:
+        return "a tiny trace records different tensors under the quick and the plain fake mode"
+    return ""
+
+
+def _fresh(fn, *args):
+    """``fn(*args)`` with torch's fake dispatch cache and the quick-key memo empty, then
+    put back: neither run may read a layout the other one computed (both are shared by
+    every mode of the process)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from attnprof.profiler.measure.quickfake import QuickFakeTensorMode
+
+    saved = [(owner, name, owner.__dict__[name]) for owner, name in ((FakeTensorMode, "cache"),
+                                                                     (QuickFakeTensorMode, "_quick_keys"))
+             if isinstance(owner.__dict__.get(name), dict)]
+    for owner, name, _ in saved:
+        setattr(owner, name, {})
+    try:
+        return fn(*args)
+    finally:
+        for owner, name, value in saved:
+            setattr(owner, name, value)
+
+
+def _tiny_trace(mode_cls) -> tuple:
+    """The tracker's events and every output's layout for a few ops of each kind the fast
+    path touches: views of contiguous, offset, transposed and expanded tensors (quick view),
+    repeated ops (the memoised key, hit on the second layer), matmuls, softmax, backward."""
+    import torch
+
+    from attnprof.profiler.measure.fakemode import light_dynamo
+    from attnprof.profiler.measure.tracker import MemoryTracker
+
+    layouts = []
+
+    def keep(t):
+        layouts.append((tuple(t.shape), t.stride(), t.storage_offset(), t.untyped_storage().nbytes(), t.dtype))
+        return t
+
+    with light_dynamo(), mode_cls(), MemoryTracker(trace=True) as tracker:
+        x = torch.empty(2, 8, 16, dtype=torch.bfloat16, requires_grad=True)
+        w = torch.empty(16, 16, dtype=torch.bfloat16, requires_grad=True)
+        h = x
+        for _ in range(2):  # the second layer repeats every op: memo hits
+            q = keep(keep(h @ w).view(2, 8, 2, 8)).transpose(1, 2)  # (B, H, n, d)
+            s = keep(torch.softmax(keep(q @ q.transpose(-1, -2)), dim=-1))
+            h = keep(keep(keep(s @ q).transpose(1, 2).contiguous()).view(2, 8, 16))
+        keep(h[:, 2:5].view(2, -1))  # a view at an offset
+        keep(h[:, :1].expand(2, 8, 16).reshape(16, 16))  # stride 0
+        keep(x.transpose(0, 1).reshape(8, 2, 2, 8))  # a copy: not viewable
+        h.sum().backward()
+        keep(x.grad)
+        events = list(tracker.trace)
+    return events, layouts, tracker.peak_bytes
+
+
+def reset_for_tests() -> None:
+    """Forget the verdict (and turn the quick mode back on if this torch supports it)."""
+    global _verdict, _problem
+    from attnprof.profiler.measure.quickfake import QuickFakeTensorMode, _supported
+
+    _verdict, _problem = None, ""
+    QuickFakeTensorMode.enabled = _supported()

@@ -1,0 +1,74 @@
+"""No attnprof process asks CUDA for its devices and then forks a child that may use CUDA.
+
+On a CUDA build that sequence makes every forked worker fail at its first CUDA tensor
+("Cannot re-initialize CUDA in forked subprocess"): the first GPU sweep would have ended
+in ``error`` at every point. The CPU build cannot show it, so ``cudasim/sitecustomize.py``
+simulates a CUDA build in every process these tests start (warm helper, workers and
+prediction pools included) and logs each fork made after a device-count call.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SIM = Path(__file__).parent / "cudasim"
+pytestmark = pytest.mark.slow
+
+
+def simulated(args: list[str], log: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "ATTNPROF_FORK_SIM_LOG": str(log),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(SIM), os.environ.get("PYTHONPATH")]))}
+    env.pop("PYTORCH_NVML_BASED_CUDA_CHECK", None)
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def no_fork_after_marking(log: Path, done: subprocess.CompletedProcess) -> None:
+    assert done.returncode == 0, done.stderr[-3000:]
+    forks = log.read_text(encoding="utf-8") if log.exists() else ""
+    assert forks == "", f"{forks.count('=== ')} fork(s) after a CUDA device-count call; the first:\n{forks[:4000]}"
+
+
+def test_the_simulation_sees_a_fork_after_a_device_count(tmp_path):
+    """The check can fail: asking torch for the devices, then forking, is logged."""
+    log = tmp_path / "forks.log"
+    script = ("import os, torch; assert torch.cuda._is_compiled(); torch.cuda.is_available(); "
+              "pid = os.fork()\nif pid == 0: os._exit(0)\nos.waitpid(pid, 0)")
+    done = simulated(["-c", script], log)
+    assert done.returncode == 0, done.stderr
+    assert "forked after torch._C._cuda_getDeviceCount" in log.read_text(encoding="utf-8")
+
+
+def test_warm_up_then_fork_as_the_sweep_helper_does(tmp_path):
+    log = tmp_path / "forks.log"
+    script = ("import os\nfrom attnprof.profiler.runner import preload\npreload.warm_up()\n"
+              "pid = os.fork()\nif pid == 0: os._exit(0)\nos.waitpid(pid, 0)")
+    no_fork_after_marking(log, simulated(["-c", script], log))
+
+
+def test_a_multi_point_prediction(tmp_path):
+    """predict over several points forks its worker pool, and a budget search forks too."""
+    log = tmp_path / "forks.log"
+    common = ["-m", "attnprof", "predict", "--variant", "sdpa", "--variant", "full", "--variant", "lsh",
+              "--mode", "plain", "--mode", "checkpoint", "--d-model", "32", "--heads", "2", "--layers", "1",
+              "--dtype", "bf16", "--json"]
+    no_fork_after_marking(log, simulated(common + ["--seq-len", "256", "--seq-len", "512"], log))
+    no_fork_after_marking(log, simulated(common + ["--budget", "64MiB", "--gpu", "h100-sxm"], log))
+
+
+def test_a_one_point_sweep_with_its_report(tmp_path):
+    """--device auto asks for CUDA; the sweep then forks prediction workers, the warm
+    helper and its worker. The point must also be measured (ok), not just survive."""
+    log = tmp_path / "forks.log"
+    out = tmp_path / "run"
+    done = simulated(["-m", "attnprof", "sweep", "--variant", "sdpa", "--mode", "plain", "--min-len", "64",
+                      "--max-len", "64", "--d-model", "32", "--heads", "2", "--layers", "1", "--repeats", "1",
+                      "--warmup", "0", "--device", "auto", "--out", str(out), "--quiet"], log)
+    no_fork_after_marking(log, done)
+    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert [r["status"] for r in records] == ["ok"]
