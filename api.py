@@ -508,6 +508,10 @@ def _capacity_within(sc: Scenario, budgets_gib: tuple, seconds: float, gpus: Opt
     parts = [sc.override(variants=(points[0].variant,), modes=(points[0].mode,)) for points in series(sc)]
     deadline = time.monotonic() + seconds
     entries: dict = {}
+    from attnprof.profiler.forks import autograd_fork_safe
+
+    if not autograd_fork_safe():  # a CUDA build after a backward: a forked worker could not run one
+        return _capacity_in_order(task, parts, extra, deadline)
     # fork, as capacity_predictions itself does: predictions run no real kernels, touch no GPU
     pool = fork_pool(max(1, min(len(parts), os.cpu_count() or 1)))
     try:
@@ -519,6 +523,16 @@ def _capacity_within(sc: Scenario, budgets_gib: tuple, seconds: float, gpus: Opt
     finally:
         pool.terminate()  # unfinished series: their figures stay extrapolations ('~')
         pool.join()
+    return entries
+
+
+def _capacity_in_order(task, parts: list, extra: tuple, deadline: float) -> dict:
+    """``_capacity_within`` in this process, series after series, until the deadline."""
+    entries: dict = {}
+    for part in parts:
+        if time.monotonic() >= deadline:
+            break
+        entries.update(task(part, *extra))
     return entries
 
 

@@ -12,6 +12,7 @@ So every forked worker runs single-threaded, set before it runs anything
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 
 
 def single_threaded() -> None:
@@ -24,3 +25,45 @@ def single_threaded() -> None:
 def fork_pool(workers: int):
     """A multiprocessing Pool of forked, single-threaded workers."""
     return mp.get_context("fork").Pool(workers, initializer=single_threaded)
+
+
+# --- autograd's device threads and fork ------------------------------------------------------
+# On a CUDA build of torch, the first backward of a process starts autograd's device threads
+# (torch/csrc/autograd/engine.cpp ``start_device_threads``: one per device of every non-CPU
+# device type, named ``pt_autograd_<i>``; a GPU machine, or the no-op CUDA guard a fake mode
+# installs on a CUDA build without a GPU) and registers a fork handler: any child forked
+# afterwards raises "Unable to handle autograd's threading in combination with fork-based
+# multiprocessing" at its first backward. Measured with torch 2.11.0+cu130 on a CPU machine:
+# one fake prediction starts 8 such threads. So a process forks children that predict or
+# measure only while those threads are not running (``autograd_fork_safe``), and on a CUDA
+# build forks them before its own first backward (runner/chains.py, runner/preload.py).
+AUTOGRAD_THREAD = "pt_autograd_"
+
+
+def autograd_threads_running() -> bool:
+    """Whether autograd's device threads run in this process (read off /proc: the threads'
+    names); off Linux, whether this torch could have started them (a CUDA build)."""
+    import glob
+
+    names = glob.glob(f"/proc/{os.getpid()}/task/*/comm")
+    if not names:
+        return cuda_build()
+    for path in names:
+        try:
+            with open(path, encoding="ascii", errors="replace") as fh:
+                if fh.read().startswith(AUTOGRAD_THREAD):
+                    return True
+        except OSError:
+            continue  # a thread that just ended
+    return False
+
+
+def cuda_build() -> bool:
+    import torch
+
+    return bool(torch.cuda._is_compiled())
+
+
+def autograd_fork_safe() -> bool:
+    """Whether a child forked now can run backward (see above)."""
+    return not autograd_threads_running()

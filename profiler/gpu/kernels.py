@@ -25,6 +25,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
+from attnprof.profiler.gpu.sdpa_choice import BACKEND_ENV, BACKENDS, HALF, SdpaChoice, choose_sdpa_backend  # noqa: F401
 from attnprof.profiler.gpu.table import GpuSpec
 
 ALLOC, FREE, OP, MARK = "alloc", "free", "op", "mark"  # = profiler.measure.tracker's (no torch import here)
@@ -33,12 +34,9 @@ TIE = "tie"  # (TIE, owner, [names]): free these names when owner's block is fre
 
 CPU_FLASH_FWD = "_scaled_dot_product_flash_attention_for_cpu"
 CPU_FLASH_BWD = "_scaled_dot_product_flash_attention_for_cpu_backward"
-BACKENDS = ("flash", "efficient", "cudnn", "math")
-BACKEND_ENV = "ATTNPROF_SDPA_BACKEND"  # force one backend (validation against a GPU run)
 GPU_OP = {"flash": "_scaled_dot_product_flash_attention", "efficient": "_scaled_dot_product_efficient_attention",
           "cudnn": "_scaled_dot_product_cudnn_attention"}
 DTYPE_BYTES = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}
-HALF = ("float16", "bfloat16")
 
 # aten/src/ATen/cuda/CublasHandlePool.cpp, parseChosenWorkspaceSize(): ":4096:2:16:8" by
 # default (2 x 4096 KiB + 8 x 16 KiB = 8,519,680 B), 32 MiB (4096 KiB x 8) for compute
@@ -69,75 +67,6 @@ def _up(x: int, m: int) -> int:
 
 def _op_base(name: str) -> str:
     return name.split(".", 1)[0]
-
-
-# --- which SDPA backend -----------------------------------------------------------------------
-@dataclass(frozen=True)
-class SdpaChoice:
-    backend: str  # one of BACKENDS
-    reason: str  # why, one line
-
-
-def prefers_cudnn(gpu: GpuSpec) -> bool:
-    """sdp_utils.cpp ``check_prefer_cudnn_attention``: recent torch (with cuDNN > 9.15) puts
-    cuDNN attention first on compute capability 9.0/9.3/10.0/10.3 (H100, H200, B200);
-    ``TORCH_CUDNN_SDPA_DEPRIORITIZED=1`` turns that off."""
-    if os.environ.get("TORCH_CUDNN_SDPA_DEPRIORITIZED", "").lower() in ("1", "true", "on", "yes"):
-        return False
-    major, minor = gpu.compute_capability
-    return major in (9, 10) and minor in (0, 3)
-
-
-def choose_sdpa_backend(gpu: GpuSpec, dtype: str, head_dim: int, head_dim_v: Optional[int] = None,
-                        requires_grad: bool = True, forced: Optional[str] = None) -> SdpaChoice:
-    """sdp_utils.cpp ``select_sdp_backend`` for attnprof's SDPA calls (dense 4-D, no mask, no
-    dropout): the first backend of ``priority_order`` whose checks pass."""
-    forced = forced if forced is not None else (os.environ.get(BACKEND_ENV) or None)
-    if forced:
-        if forced not in BACKENDS:
-            from attnprof.errors import UserError
-
-            raise UserError(f"{BACKEND_ENV}={forced!r}; choose one of {', '.join(BACKENDS)}")
-        return SdpaChoice(forced, f"forced by {BACKEND_ENV}")
-    dv = head_dim if head_dim_v is None else head_dim_v
-    cc = gpu.compute_capability
-    half = dtype in HALF
-
-    def cudnn() -> Optional[str]:  # check_cudnn_* (shape, dtype, layout), conservatively
-        if not half or cc < (8, 0):
-            return "cuDNN attention needs fp16/bf16 on sm80+"
-        if head_dim != dv or head_dim % 8 or head_dim > 128:
-            return "cuDNN attention: head_dim must be equal for q/k/v, a multiple of 8 and <= 128"
-        return None
-
-    def flash() -> Optional[str]:  # use_flash_attention: check_flash_attention_hardware_support, head dims
-        if not half:
-            return f"FlashAttention needs fp16/bf16, not {dtype}"
-        if cc < (8, 0):
-            return f"FlashAttention needs sm80+, this GPU is sm{cc[0]}{cc[1]}"
-        if head_dim != dv or head_dim > 256:
-            return "FlashAttention needs equal q/k/v head dims <= 256"
-        if requires_grad and cc in ((8, 6), (8, 9)) and head_dim > 192:
-            return "FlashAttention backward with head_dim > 192 is not supported on sm86/sm89"
-        return None
-
-    def efficient() -> Optional[str]:  # use_mem_efficient_attention: dtype, minimum_gemm_alignment
-        if dtype not in ("float32", *HALF) or (dtype == "bfloat16" and cc < (8, 0)) or cc < (5, 0):
-            return f"memory-efficient attention does not take {dtype} on sm{cc[0]}{cc[1]}"
-        align = (8 if half else 4) if cc >= (8, 0) else (8 if half else 1)
-        if head_dim % align or dv % align:
-            return f"memory-efficient attention needs head dims divisible by {align}"
-        return None
-
-    order = ["cudnn", "flash", "efficient"] if prefers_cudnn(gpu) else ["flash", "efficient"]
-    reasons = []
-    for name in order:
-        problem = {"cudnn": cudnn, "flash": flash, "efficient": efficient}[name]()
-        if problem is None:
-            first = "cuDNN preferred on this GPU; " if name == "cudnn" else ""
-            return SdpaChoice(name, (first + "; ".join(reasons)).strip("; ") or f"{name}: first in priority order")
-        reasons.append(problem)
-    return SdpaChoice("math", "; ".join(reasons))
 
 
 def flash_num_splits(batch: int, heads: int, seqlen_q: int, seqlen_k: int, head_size: int, sm_count: int) -> int:

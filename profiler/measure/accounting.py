@@ -125,7 +125,7 @@ def small_point(point: Point) -> bool:
     return elements * 8 <= SMALL_POINT_BYTES
 
 
-def warm_fake_tensors() -> None:
+def warm_fake_tensors(forward_only: bool = False) -> None:
     """Import what a fake-tensor prediction imports on its first ops (sympy, torch's fake
     and meta kernels, DTensor's op table: ~0.5 s), by tracing a tiny bfloat16 point (a
     small float32 point runs on real tensors and imports none of it); nothing is cached.
@@ -133,7 +133,7 @@ def warm_fake_tensors() -> None:
     from attnprof.profiler.records import Shape
 
     trace_point(Point("full", "plain", "model", Shape(batch=1, seq_len=16, d_model=16, heads=2, layers=1,
-                                                        dtype="bfloat16")))
+                                                        dtype="bfloat16"), forward_only=forward_only))
 
 
 def _predict(point: Point) -> Accounting:

@@ -96,12 +96,18 @@ def _fresh(fn, *args):
 def _tiny_trace(mode_cls) -> tuple:
     """The tracker's events and every output's layout for a few ops of each kind the fast
     path touches: views of contiguous, offset, transposed and expanded tensors (quick view),
-    repeated ops (the memoised key, hit on the second layer), matmuls, softmax, backward."""
+    repeated ops (the memoised key, hit on the second layer), matmuls, softmax, backward
+    (forward only in a CUDA-build process that may still fork: see the code)."""
     import torch
 
     from attnprof.profiler.measure.fakemode import light_dynamo
     from attnprof.profiler.measure.tracker import MemoryTracker
 
+    from attnprof.profiler.forks import autograd_fork_safe, cuda_build
+
+    # On a CUDA build a backward would start autograd's device threads, after which this
+    # process could fork no worker that runs one (profiler/forks.py): check forward ops then.
+    backward = not (cuda_build() and autograd_fork_safe())
     layouts = []
 
     def keep(t):
@@ -119,8 +125,9 @@ def _tiny_trace(mode_cls) -> tuple:
         keep(h[:, 2:5].view(2, -1))  # a view at an offset
         keep(h[:, :1].expand(2, 8, 16).reshape(16, 16))  # stride 0
         keep(x.transpose(0, 1).reshape(8, 2, 2, 8))  # a copy: not viewable
-        h.sum().backward()
-        keep(x.grad)
+        if backward:
+            h.sum().backward()
+            keep(x.grad)
         events = list(tracker.trace)
     return events, layouts, tracker.peak_bytes
 

@@ -106,14 +106,20 @@ def run_chains(step: Callable, chains: list, *, workers: int = 1, rank: Callable
 
 
 def _run(step: Callable, chains: list, workers: int, rank: Callable, warm_key: Callable) -> list:
+    from attnprof.profiler.forks import autograd_fork_safe, cuda_build
+
     board = _Board(chains, rank, warm_key)
     mine: set = set()
-    first = board.take(mine, wait=False)
-    if first is None:
-        return board.answers
-    board.give(first[0], step(first[1]))
-    if workers < 2 or mp.current_process().daemon or not board.ready:  # a pool's worker cannot fork
-        return _here(board, step, mine)
+    # Warm first (the workers inherit what this process imported and cached), except on a CUDA
+    # build: there this process's first backward starts autograd's device threads, after which
+    # no forked worker can run backward (profiler/forks.py). Then the workers warm themselves.
+    if not cuda_build() or not autograd_fork_safe():
+        first = board.take(mine, wait=False)
+        if first is None:
+            return board.answers
+        board.give(first[0], step(first[1]))
+    if workers < 2 or mp.current_process().daemon or not board.ready or not autograd_fork_safe():
+        return _here(board, step, mine)  # a pool's worker cannot fork; nor can a process with autograd threads
     procs, feeders = [], []
     sys.stdout.flush()  # a forked child must not write what this process had buffered
     sys.stderr.flush()

@@ -43,11 +43,19 @@ def warm_up() -> None:
     # real run on more threads starts OpenMP's thread pool here. A process forked after that
     # hangs in its first parallel region (GNU OpenMP is not fork-safe), so the pool must not
     # exist in this process: its workers are forked from it.
+    #
+    # On a CUDA build, forward only: a backward here would start autograd's device threads, and
+    # then no worker forked from here could run one (profiler/forks.py). Each worker's first
+    # backward pays for its own imports instead.
+    from attnprof.profiler.forks import cuda_build
+
+    forward_only = cuda_build()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        predict(Point("sdpa", "plain", "model", Shape(batch=1, seq_len=64, d_model=32, heads=2, layers=1)))
-        warm_fake_tensors()
+        predict(Point("sdpa", "plain", "model", Shape(batch=1, seq_len=64, d_model=32, heads=2, layers=1),
+                      forward_only=forward_only))
+        warm_fake_tensors(forward_only=forward_only)
     finally:
         torch.set_num_threads(threads)
 

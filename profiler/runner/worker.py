@@ -153,13 +153,17 @@ def _cpu_memory_pass(point: Point, record: PointRecord) -> None:
 
 def _cuda_memory_pass(point: Point, record: PointRecord, device: str) -> None:
     from attnprof.profiler.measure.gpu import cuda_memory_pass
+    from attnprof.profiler.measure.sdpa_spy import SdpaSpy
 
     torch.manual_seed(0)
     work = Workload(point, device)
-    figures = cuda_memory_pass(work.step, torch.device(device))
+    with SdpaSpy() as spy:  # which SDPA kernel torch chose, read off the dispatcher (holds no tensor)
+        figures = cuda_memory_pass(work.step, torch.device(device))
     for key, value in figures.items():
         setattr(record, key, value)
     record.measured_by = "cuda-allocator"
+    record.gpu_sdpa_backend_measured = spy.summary()
+    record.cudnn_version = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
     del work
 
 

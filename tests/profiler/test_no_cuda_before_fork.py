@@ -1,10 +1,15 @@
-"""No attnprof process asks CUDA for its devices and then forks a child that may use CUDA.
+"""No attnprof process asks CUDA for its devices, or runs a backward, and then forks a
+child that may use CUDA or run a backward.
 
-On a CUDA build that sequence makes every forked worker fail at its first CUDA tensor
-("Cannot re-initialize CUDA in forked subprocess"): the first GPU sweep would have ended
-in ``error`` at every point. The CPU build cannot show it, so ``cudasim/sitecustomize.py``
-simulates a CUDA build in every process these tests start (warm helper, workers and
-prediction pools included) and logs each fork made after a device-count call.
+On a CUDA build the first makes every forked worker fail at its first CUDA tensor
+("Cannot re-initialize CUDA in forked subprocess"), the second at its first backward
+("Unable to handle autograd's threading in combination with fork-based multiprocessing"):
+the first GPU sweep would have ended in ``error`` at every point, and ``predict`` over
+several points would have failed (seen with torch 2.11.0+cu130). The CPU build shows
+neither, so ``cudasim/sitecustomize.py`` simulates a CUDA build in every process these
+tests start (warm helper, workers and prediction pools included): it logs each fork made
+after a device-count call, and fails a backward in a child forked after autograd's
+device threads started.
 """
 
 from __future__ import annotations

@@ -43,3 +43,35 @@ if _LOG:
     torch._C._cuda_getDeviceCount = _device_count
     torch._C._cuda_init = _cuda_init
     os.register_at_fork(before=_before_fork)
+
+    # --- autograd's device threads (torch/csrc/autograd/engine.cpp) ----------------------------
+    # On a CUDA build a process's first backward starts threads named pt_autograd_<i>; a child
+    # forked afterwards raises at its first backward. Simulated: a sleeping thread given that
+    # OS name (what profiler/forks.py reads), and the raise in a child of a process that had one.
+    import ctypes
+    import threading
+
+    import torch.autograd
+    import torch.autograd.graph
+
+    _autograd_started: list = []  # survives fork, as torch's atfork flag does
+    _real_run_backward = torch.autograd.graph._engine_run_backward
+
+    def _autograd_thread() -> None:
+        ctypes.CDLL(None).prctl(15, b"pt_autograd_0", 0, 0, 0)  # PR_SET_NAME
+        threading.Event().wait()
+
+    def _run_backward(*args, **kwargs):
+        if _autograd_started and _autograd_started[0] != os.getpid():
+            with open(_LOG, "a", encoding="utf-8") as log:
+                log.write(f"=== pid {os.getpid()} ran backward in a child forked after autograd's threads started "
+                          f"in pid {_autograd_started[0]}\n")
+            raise RuntimeError("Unable to handle autograd's threading in combination with fork-based "
+                               "multiprocessing (simulated)")
+        if not _autograd_started:
+            _autograd_started.append(os.getpid())
+            threading.Thread(target=_autograd_thread, daemon=True).start()
+        return _real_run_backward(*args, **kwargs)
+
+    torch.autograd.graph._engine_run_backward = _run_backward
+    torch.autograd._engine_run_backward = _run_backward

@@ -151,3 +151,30 @@ def test_cublas_workspaces_one_per_thread_after_the_first_matmul():
     assert not any(e[0] == FREE and str(e[1]).startswith("cublas") for e in sub.events)  # kept for the run
     assert len([e for e in substitute(t.trace, get_gpu("h100-sxm"), "math", cublas=False).events
                 if e[0] == ALLOC and str(e[1]).startswith("cublas")]) == 0
+
+
+# --- the order comes from the running torch; the cuDNN preference by torch version ----------------
+def test_the_priority_order_and_enabled_backends_are_torchs(monkeypatch):
+    from attnprof.profiler.gpu import sdpa_choice
+
+    facts = sdpa_choice.torch_facts()
+    assert facts["order"][:3] == ["flash", "efficient", "math"]  # at::Context's default on 2.11 / 2.13
+    h100 = get_gpu("h100-sxm")
+    monkeypatch.setattr(torch.backends.cuda, "cudnn_sdp_enabled", lambda: False)
+    assert choose_sdpa_backend(h100, "bfloat16", 64).backend == "flash"  # a user's disabled cuDNN is honoured
+    monkeypatch.setattr(torch.backends.cuda, "flash_sdp_enabled", lambda: False)
+    assert choose_sdpa_backend(h100, "bfloat16", 64).backend == "efficient"
+
+
+@pytest.mark.parametrize("torch_version,cudnn,cc,prefers", [
+    ((2, 13), 91900, (9, 0), True), ((2, 13), 91500, (9, 0), False),  # "newer than 9.15"
+    ((2, 11), 91900, (10, 3), True), ((2, 11), 91900, (8, 0), False),
+    ((2, 8), 90900, (9, 0), True), ((2, 8), 90800, (9, 0), False), ((2, 8), 91900, (10, 3), False),
+])
+def test_the_cudnn_preference_by_torch_version(torch_version, cudnn, cc, prefers):
+    from dataclasses import replace
+
+    from attnprof.profiler.gpu.sdpa_choice import prefers_cudnn
+
+    gpu = replace(get_gpu("h100-sxm"), compute_capability=cc)
+    assert prefers_cudnn(gpu, cudnn, torch_version) is prefers
