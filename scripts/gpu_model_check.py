@@ -8,8 +8,8 @@ sweep's own memory pass (``profiler/measure/gpu.cuda_memory_pass``: allocator al
 and reserved peaks, NVML process peak), then the SDPA backend torch actually picked (the
 grad_fn of a probe call with the same head_dim and dtype). The parent predicts the same
 points with the GPU memory model (``attnprof.profiler.gpu``; fake tensors, on the CPU)
-and writes ``OUT/gpu-model.csv`` and the Markdown report (``--doc``). Needs a CUDA GPU;
-meant to finish in about two minutes (``--point-timeout`` each).
+and writes ``OUT/gpu-model.csv`` (and, with ``--doc``, the Markdown table). Needs a CUDA
+GPU, except with ``--dry-run`` (model only); about two minutes (``--point-timeout`` each).
 """
 
 from __future__ import annotations
@@ -96,7 +96,8 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default="results/gpu")
     parser.add_argument("--gpu", default=None, help="GPU table key (default: matched by device name)")
-    parser.add_argument("--doc", default="docs/measured-gpu.md")
+    parser.add_argument("--doc", default=None, help="also write the Markdown table here")
+    parser.add_argument("--dry-run", action="store_true", help="CPU machine: model only, measurement skipped")
     parser.add_argument("--point-timeout", type=float, default=60.0)
     parser.add_argument("--measure", help=argparse.SUPPRESS)  # internal: one point, JSON on stdout
     args = parser.parse_args()
@@ -109,6 +110,9 @@ def main() -> int:
     started = time.time()
     measured = []
     for spec in GRID:
+        if args.dry_run:
+            measured.append({"error": "dry run: not measured (no GPU)"})
+            continue
         try:
             run = subprocess.run([sys.executable, __file__, "--measure", json.dumps(spec)], capture_output=True,
                                  text=True, timeout=args.point_timeout)
@@ -118,7 +122,7 @@ def main() -> int:
             measured.append({"error": f"timed out after {args.point_timeout:.0f} s"})
         print(spec, measured[-1].get("error") or "measured", flush=True)
     device = next((m["device_name"] for m in measured if "device_name" in m), "")
-    gpu = pick_gpu(args.gpu, device)
+    gpu = pick_gpu(args.gpu or ("h200" if args.dry_run else None), device)
 
     from attnprof.profiler.gpu.model import TraceCache, predict_gpu
 
@@ -174,12 +178,22 @@ def main() -> int:
             f"| {r['total_measured_over_model']} | {mib(r['model_context_bytes'])} / {mib(r['measured_context_bytes'])} |")
     notes = sorted({r["nvml_note"] for r in rows if r["nvml_note"]})
     lines += ["", *(f"- NVML: {n}" for n in notes), f"- {len(rows)} points in {time.time() - started:.0f} s."]
-    doc = Path(args.doc)
-    doc.parent.mkdir(parents=True, exist_ok=True)
-    doc.write_text("\n".join(lines) + "\n")
-    (out / "measured-gpu.md").write_text("\n".join(lines) + "\n")
+    if args.doc:
+        doc = Path(args.doc)
+        doc.parent.mkdir(parents=True, exist_ok=True)
+        doc.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
-    return 0 if any(not r["error"] for r in rows) else 1
+    done = [r for r in rows if not r["error"]]
+    alloc = sorted(r["allocated_measured_over_model"] for r in done if r["allocated_measured_over_model"])
+    backends = sum(1 for r in done if r["model_sdpa_backend"] and r["model_sdpa_backend"] == r["measured_sdpa_backend"])
+    sdpa = sum(1 for r in done if r["measured_sdpa_backend"])
+    if args.dry_run:
+        print(f"HEADLINE: dry run: {len(rows)} points modelled for {gpu.key}, none measured (no GPU)")
+        return 0
+    print(f"HEADLINE: {len(done)}/{len(rows)} measured; allocated measured/model "
+          + (f"median {alloc[len(alloc) // 2]:.3f} (min {alloc[0]:.3f}, max {alloc[-1]:.3f})" if alloc else "-")
+          + f"; SDPA backend as modelled in {backends}/{sdpa}")
+    return 0 if done else 1
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ profiler/runner/estimate.py). This script scores them as the report does
 (reports/time_accuracy.py), writes $OUT/time-comparison.csv and replaces the section
 "## Step time: the model against this GPU" of the doc (default docs/measured-gpu.md).
 
-    python scripts/gpu_time_check.py --out results/gpu [--doc docs/measured-gpu.md]
+    python scripts/gpu_time_check.py --out OUT --runs RUN [RUN ...] [--environment env.json] [--doc FILE.md]
 
 GPU points of the check's sweep take milliseconds, so every ok point is scored here
 (--min-ms, default 0.5 ms), not only those over the CPU benchmark's 50 ms.
@@ -29,17 +29,20 @@ SECTION = "## Step time: the model against this GPU"
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True, help="gpu_check.sh's output folder (has gpu-sweep/)")
-    parser.add_argument("--doc", type=Path, default=Path("docs/measured-gpu.md"))
+    parser.add_argument("--out", type=Path, required=True, help="where time-comparison.csv goes")
+    parser.add_argument("--runs", type=Path, nargs="+", required=True, help="the check's sweep run folders")
+    parser.add_argument("--environment", type=Path, default=None, help="the environment stage's JSON")
+    parser.add_argument("--doc", type=Path, default=None, help="also write its section of this Markdown file")
     parser.add_argument("--min-ms", type=float, default=0.5, help="score points measured at least this long")
     args = parser.parse_args()
-    records = read_records(args.out / "gpu-sweep")
+    records = [r for run in args.runs for r in read_records(run)]
     found = pairs(records)
     if not found:
-        print("no ok point with both a measured and a predicted time (is the GPU in the table? attnprof gpus)")
+        print("HEADLINE: no ok point with both a measured and a predicted time (is the GPU in the table? "
+              "attnprof gpus)")
         return 1
-    env_path = args.out / "environment.json"
-    device = json.loads(env_path.read_text()).get("device_name", "") if env_path.is_file() else ""
+    env_path = args.environment
+    device = json.loads(env_path.read_text()).get("device_name", "") if env_path and env_path.is_file() else ""
     with open(args.out / "time-comparison.csv", "w", newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(["variant", "mode", "seq_len", "measured_ms", "predicted_ms", "predicted_over_measured"])
@@ -57,10 +60,12 @@ def main() -> int:
     groups = by_group(found, min_measured_ms=args.min_ms)
     lines += ["", "Median predicted / measured by variant: "
               + ", ".join(f"{g.key[0]} {fmt_ratio(g.median_ratio)}" for g in groups), ""]
-    text = args.doc.read_text() if args.doc.is_file() else "# Measured on a GPU\n\n"
-    head = text.split(SECTION)[0].rstrip() + "\n\n"
-    args.doc.write_text(head + "\n".join(lines))
+    if args.doc:
+        text = args.doc.read_text() if args.doc.is_file() else "# Measured on a GPU\n\n"
+        head = text.split(SECTION)[0].rstrip() + "\n\n"
+        args.doc.write_text(head + "\n".join(lines))
     print("\n".join(lines))
+    print(f"HEADLINE: {summary_line(acc, args.min_ms)}")
     return 0
 
 

@@ -88,3 +88,41 @@ def test_the_data_model_imports_no_heavy_library(module):
             "print(','.join(heavy))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == ""
+
+
+# --- fork safety (#22): one constructor for fake modes, no CUDA query outside measure/devices ----
+def _calls(path: Path) -> list[str]:
+    """Dotted names of everything called in a module, e.g. 'torch.cuda.is_available'."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call):
+            parts, target = [], node.func
+            while isinstance(target, ast.Attribute):
+                parts.append(target.attr)
+                target = target.value
+            if isinstance(target, ast.Name):
+                parts.append(target.id)
+            out.append(".".join(reversed(parts)))
+    return out
+
+
+def test_every_fake_mode_is_built_by_the_one_constructor():
+    """A FakeTensorMode built anywhere else would ask torch.cuda.is_available() on every op."""
+    home = ROOT / "profiler" / "measure" / "internals.py"
+    offenders = [f"{path.relative_to(ROOT)}: {name}" for path in _modules().values() if path != home
+                 for name in _calls(path) if name.split(".")[-1] in ("FakeTensorMode", "QuickFakeTensorMode",
+                                                                   "CpuFakeTensorMode")]
+    assert offenders == []
+
+
+def test_no_cuda_device_query_outside_the_processes_that_may_make_one():
+    """is_available / device_count / mem_get_info poison fork (torch/csrc/cuda/Module.cpp):
+    only measure/devices.py (a throw-away probe process, or CUDA already initialised) and
+    code that runs in a point's own worker process may call them."""
+    allowed = {ROOT / "profiler" / "measure" / "devices.py", ROOT / "profiler" / "measure" / "gpu.py",
+               ROOT / "profiler" / "measure" / "timing.py", ROOT / "profiler" / "runner" / "worker.py"}
+    queries = ("cuda.is_available", "cuda.device_count", "cuda.mem_get_info", "cuda.get_device_properties",
+               "cuda.current_device", "_cuda_getDeviceCount")
+    offenders = [f"{path.relative_to(ROOT)}: {name}" for path in _modules().values() if path not in allowed
+                 for name in _calls(path) if name.endswith(queries)]
+    assert offenders == []

@@ -36,7 +36,7 @@ def record_trace(point: Point, *, sdpa_math: bool = False, seed: int = 0) -> Tra
     import torch
 
     from attnprof.profiler.measure.fakemode import light_dynamo
-    from attnprof.profiler.measure.quickfake import new_fake_mode
+    from attnprof.profiler.measure.internals import new_fake_mode
     from attnprof.profiler.measure.tracker import MemoryTracker
     from attnprof.profiler.measure.workload import Workload
 

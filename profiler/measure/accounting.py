@@ -39,7 +39,7 @@ def account(point: Point, *, fake: bool, device: str = "cpu", count_flops: bool 
     parameters and inputs (../shared/NOTES.md). With ``fake`` this is the plain full-depth
     fake-tensor run that every fast prediction (``predict``) must equal to the byte.
     """
-    from attnprof.profiler.measure.quickfake import new_fake_mode  # imported when needed: sympy, ~0.3 s
+    from attnprof.profiler.measure.internals import new_fake_mode  # imported when needed: sympy, ~0.3 s
 
     start = time.perf_counter()
     torch.manual_seed(seed)

@@ -286,7 +286,7 @@ def trace_point(point: Point, *, marks: bool = False, count_flops: bool = True, 
     """Run ``point`` once under FakeTensorMode with the tracer, exactly as
     ``accounting.account(point, fake=True)`` runs it; ``marks`` cuts the trace into runs.
 
-    ``mode``: the fake mode's class (default: ``quickfake.new_fake_mode()``, the fast one
+    ``mode``: the fake mode's class (default: ``internals.new_fake_mode()``, the fast one
     where this torch passed ``internals.check``, which compares the two).
     ``real_limit_bytes``: run on real CPU tensors instead (the tracker's figures are the
     same, tests/profiler/measure/test_small_points.py), giving up with ``TooBig`` as soon
@@ -327,7 +327,7 @@ def trace_point(point: Point, *, marks: bool = False, count_flops: bool = True, 
 
 def _fake_mode(mode: Optional[type]):
     """The fake mode a trace runs in (imported when needed: the fake-tensor machinery costs ~0.8 s)."""
-    from attnprof.profiler.measure.quickfake import new_fake_mode
+    from attnprof.profiler.measure.internals import new_fake_mode
 
     return new_fake_mode() if mode is None else mode()
 

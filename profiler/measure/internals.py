@@ -23,6 +23,18 @@ from typing import Optional
 
 _verdict: Optional[bool] = None
 _problem = ""
+def new_fake_mode(*, quick: bool = True):
+    """The one constructor of every fake-tensor mode attnprof builds: CPU fakes that never
+    probe CUDA (``quickfake.CpuFakeTensorMode``); ``quick`` for the memoised key and native
+    views, where this torch passed ``check`` (otherwise torch's own path: slower, the same
+    figures)."""
+    from attnprof.profiler.measure.quickfake import CpuFakeTensorMode, QuickFakeTensorMode
+
+    if quick and QuickFakeTensorMode.enabled and trusted():
+        return QuickFakeTensorMode()
+    return CpuFakeTensorMode()
+
+
 def trusted() -> bool:
     """Whether the quick fake mode may be used in this process (checked once, see above)."""
     global _verdict, _problem

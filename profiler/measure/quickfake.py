@@ -60,7 +60,7 @@ class CpuFakeTensorMode(FakeTensorMode):
     every worker forked afterwards fails at its first CUDA tensor. True here is the answer
     torch gives on a machine without a GPU, the right one for CPU fakes (no constant on a
     CPU fake is ever moved to a device). tests/profiler/test_no_cuda_before_fork.py.
-    Build one with ``new_fake_mode``, never directly."""
+    Build one with ``internals.new_fake_mode``, never directly."""
 
     @property
     def avoid_device_init(self) -> bool:
@@ -186,14 +186,3 @@ def quick_view(fake_mode, a, shape):
 if QuickFakeTensorMode.enabled:
     _install_quick_view()
 
-
-def new_fake_mode(*, quick: bool = True) -> FakeTensorMode:
-    """The one constructor of every fake-tensor mode attnprof builds: CPU fakes that never
-    probe CUDA; ``quick`` for the memoised key and native views, where this torch passed
-    ``internals.check`` (otherwise torch's own path: slower, the same figures)."""
-    if quick and QuickFakeTensorMode.enabled:
-        from attnprof.profiler.measure import internals
-
-        if internals.trusted():
-            return QuickFakeTensorMode()
-    return CpuFakeTensorMode()

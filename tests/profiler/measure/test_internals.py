@@ -9,7 +9,8 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from attnprof.profiler.measure import internals, quickfake
 from attnprof.profiler.measure.accounting import account, predict
-from attnprof.profiler.measure.quickfake import CpuFakeTensorMode, QuickFakeTensorMode, new_fake_mode
+from attnprof.profiler.measure.internals import new_fake_mode
+from attnprof.profiler.measure.quickfake import CpuFakeTensorMode, QuickFakeTensorMode
 from attnprof.profiler.records import Point, Shape
 
 POINT = Point("lsh[bucket_size=16]", "checkpoint", "model", Shape(batch=1, seq_len=128, d_model=32, heads=2, layers=2,
