@@ -430,9 +430,9 @@ def sweep(scenario: Union[PathLike, Scenario, None] = DEFAULT_SCENARIO, *,
     if report and not run.interrupted:
         for folder in run.folders():
             run.capacity_predictions, run.capacity_s = capacity_for_report(sc, folder, capacity_seconds, log, specs)
-            run.report_path = _render(folder, None, None, seconds=REPORT_SECONDS, gpus=specs)
+            run.report_path = _render(folder, None, None, seconds=REPORT_SECONDS, gpus=specs, log=log)
         if run.parts:  # one page with every GPU type side by side (reports read OUT/gpu-types.json)
-            run.report_path = _render(run.out, None, None, seconds=REPORT_SECONDS, gpus=specs)
+            run.report_path = _render(run.out, None, None, seconds=REPORT_SECONDS, gpus=specs, log=log)
     return run
 
 
@@ -478,12 +478,12 @@ def capacity_for_report(sc: Scenario, out: Path, seconds: float = CAPACITY_SECON
         log(f"modelling the longest length that fits {', '.join(g.key for g in gpus)} for the report "
             f"(GPU memory model, at most ~{seconds:.0f} s) ...")
         entries = _capacity_within(sc, tuple(BUDGETS_GIB), seconds, list(gpus))
-        add_gpu_predictions(out, list(gpus), entries)
+        add_gpu_predictions(out, list(gpus), entries, warn=log)
     else:
         log(f"predicting the longest length that fits {min(BUDGETS_GIB)}-{max(BUDGETS_GIB)} GiB for the report "
             f"(fake tensors, at most ~{seconds:.0f} s) ...")
         entries = _capacity_within(sc, tuple(BUDGETS_GIB), seconds)
-        add_predictions(out, entries)
+        add_predictions(out, entries, warn=log)
     took = time.perf_counter() - started
     log(f"  {len(entries)} predictions in {took:.1f} s")
     return len(entries), took
@@ -525,28 +525,31 @@ def _capacity_within(sc: Scenario, budgets_gib: tuple, seconds: float, gpus: Opt
 # --- report -----------------------------------------------------------------------------------
 def report(run_dir: PathLike, *, output: Optional[PathLike] = None, baseline: Optional[PathLike] = None,
            seconds: float = REPORT_SECONDS, gpus: Union[str, Sequence[str], None] = None,
-           gpu_files: Sequence[PathLike] = (), no_cache: bool = False) -> Path:
+           gpu_files: Sequence[PathLike] = (), no_cache: bool = False, log: Log = _quiet) -> Path:
     """Write the self-contained HTML report of a run folder (default ``RUN_DIR/report.html``)
     with PNG charts beside it, optionally against a ``baseline`` run folder; return its
     path. ``seconds``: time for capacity predictions the run lacks (0 = none). ``gpus``
     (GPU table keys): "what fits where" and the capacity chart per named GPU, by the GPU
     memory model, instead of the generic budgets; ``gpu_files``: more GPUs (TOML).
-    ``no_cache``: its predictions neither read nor write the persistent prediction cache."""
+    ``no_cache``: its predictions neither read nor write the persistent prediction cache.
+    ``log`` gets one warning line for invalid records left out (the page notes them too)
+    and for a render cache with invalid entries (ignored and rewritten)."""
     from attnprof.profiler.measure import cache
 
     specs = gpu_table(gpus, gpu_files) if gpus else []  # unknown names fail before any work
     if seconds < 0:
         raise UsageProblem(f"--seconds must not be negative, got {seconds}")
     with cache.disabled() if no_cache else contextlib.nullcontext():
-        return _render(Path(run_dir), output, baseline, seconds, specs)
+        return _render(Path(run_dir), output, baseline, seconds, specs, log)
 
 
 def _render(run_dir: Path, output: Optional[PathLike], baseline: Optional[PathLike], seconds: float,
-            gpus: Sequence = ()) -> Path:
+            gpus: Sequence = (), log: Log = _quiet) -> Path:
     from attnprof.reports.render import render_report
 
     return render_report(Path(run_dir), Path(output) if output is not None else None,
-                         Path(baseline) if baseline is not None else None, seconds=seconds, gpus=list(gpus))
+                         Path(baseline) if baseline is not None else None, seconds=seconds, gpus=list(gpus),
+                         warn=log)
 
 
 # --- gate -------------------------------------------------------------------------------------

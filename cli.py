@@ -383,7 +383,7 @@ def report(run_dir: Annotated[Path, typer.Argument(
     from attnprof import api
 
     path = api.report(run_dir, output=output, baseline=baseline, seconds=seconds, gpus=gpu, gpu_files=gpu_file or (),
-                      no_cache=no_cache)
+                      no_cache=no_cache, log=lambda line: typer.echo(line, err=True))
     typer.echo(f"report: {path}")
 
 
