@@ -417,7 +417,7 @@ def sweep(scenario: Union[PathLike, Scenario, None] = DEFAULT_SCENARIO, *,
                              repeats=sc.repeats, point_timeout_s=sc.point_timeout_s, executor=executor,
                              parallel=parallel, ray_address=ray_address, ray_cpus_per_point=ray_cpus_per_point,
                              mem_limit_from_device=limit is None)
-    _check_run_folder(run, resume)
+    _check_run_folder(run, resume, report)
     if on_start:
         on_start(run)
     if gpu_types:
@@ -443,19 +443,36 @@ def default_memory_limit(device: str) -> int:
     return default_memory_limit_bytes(device)
 
 
-def _check_run_folder(run: SweepRun, resume: bool) -> None:
-    """The sweep's own refusals, made before anything is printed or written."""
-    from attnprof.profiler.runner.manifest import check_resumable
-    from attnprof.profiler.runner.storage import read_records
+def _check_run_folder(run: SweepRun, resume: bool, report: bool = True) -> None:
+    """The sweep's own refusals, made before anything is printed or written: a folder that
+    cannot be written (read-only, a name too long, a file in the way), a planted link, a
+    results file without a valid record, a corrupt manifest, another scenario."""
+    from attnprof.profiler import safeio
+    from attnprof.profiler.runner.manifest import check_manifest_readable, check_resumable
+    from attnprof.profiler.runner.quarantine import resume_problem
+    from attnprof.profiler.runner.storage import read_records, refuse_planted_links, results_size
     from attnprof.profiler.runner.sweep import SweepError
 
-    if run.out.exists() and not run.out.is_dir():
-        raise SweepError(f"--out {run.out} is a file; give a folder")
-    existing = read_records(run.out) if run.out.is_dir() else []
-    if existing and not resume:
+    safeio.check_folder_writable(run.out, "the run folder")  # a file in the way, too
+    if not run.out.is_dir():
+        return
+    refuse_planted_links(run.out)
+    if report:  # the render at the end writes these: refused now, not after every point has run
+        from attnprof.reports.render_cache import RENDER_FILES
+
+        for name in RENDER_FILES:
+            safeio.refuse_link(run.out / name)
+            safeio.refuse_link(run.out / (name + ".tmp"))
+    if results_size(run.out) and not resume:
         raise SweepError(f"{run.out} already holds results; pass --resume to complete it, or choose another --out")
-    if existing:
-        check_resumable(run.out, run.scenario, run.device)
+    if resume:
+        problem = resume_problem(run.out)
+        if problem:
+            raise SweepError(problem)
+        check_manifest_readable(run.out)
+        existing = read_records(run.out)
+        if existing:
+            check_resumable(run.out, run.scenario, run.device)
 
 
 def capacity_for_report(sc: Scenario, out: Path, seconds: float = CAPACITY_SECONDS,
