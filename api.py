@@ -586,11 +586,13 @@ class GateRun:
 def gate(run_dir: Optional[PathLike] = None, *, baseline: PathLike, tolerance: Union[str, float] = "2%",
          abs_tolerance: Union[str, int] = "64KiB", allow_missing: bool = False,
          markdown: Optional[PathLike] = None, json_out: Optional[PathLike] = None, update: bool = False,
-         run_scenario: Optional[str] = None, log: Log = _quiet) -> GateRun:
+         run_scenario: Optional[str] = None, log: Log = _quiet, skip_invalid: bool = False) -> GateRun:
     """Compare a run's deterministic peak memory with a committed baseline JSON (or,
     with ``update``, write the baseline from the run). ``run_scenario`` first sweeps that
     scenario on the CPU into ``run_dir`` (default a temporary folder). Every line of the
-    verdict goes to ``log`` as it comes and into ``GateRun.lines``."""
+    verdict goes to ``log`` as it comes and into ``GateRun.lines``. A run or baseline that
+    holds an invalid record is not comparable (exit 2, naming file and line) unless
+    ``skip_invalid``: then it is left out and the summary says how many were."""
     from attnprof.profiler.gate import run_gate
 
     if run_scenario is not None:
@@ -604,7 +606,8 @@ def gate(run_dir: Optional[PathLike] = None, *, baseline: PathLike, tolerance: U
         log(str(line))
 
     code = run_gate(baseline, run_dir, tolerance_pct=tolerance, abs_tolerance_bytes=abs_tolerance,
-                    allow_missing=allow_missing, markdown_file=markdown, json_file=json_out, update=update, out=out)
+                    allow_missing=allow_missing, markdown_file=markdown, json_file=json_out, update=update, out=out,
+                    skip_invalid=skip_invalid)
     return GateRun(code, Path(run_dir), lines)
 
 

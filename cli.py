@@ -398,6 +398,9 @@ def gate(run_dir: Annotated[Optional[Path], typer.Argument(help="a sweep's run f
              "--abs-tolerance", help="absolute tolerance floor, e.g. 64KiB, 1MiB or 0")] = "64KiB",
          allow_missing: Annotated[bool, typer.Option(
              "--allow-missing", help="points missing on either side are not errors")] = False,
+         skip_invalid: Annotated[bool, typer.Option(
+             "--skip-invalid", help="leave out records that are not valid (named, and counted in the summary) "
+                                    "instead of exit 2")] = False,
          markdown: Annotated[Optional[Path], typer.Option(
              "--markdown", help="write a Markdown summary to this file")] = None,
          json_out: Annotated[Optional[Path], typer.Option(
@@ -410,7 +413,8 @@ def gate(run_dir: Annotated[Optional[Path], typer.Argument(help="a sweep's run f
 
     result = api.gate(run_dir, baseline=baseline, tolerance=tolerance, abs_tolerance=abs_tolerance,
                       allow_missing=allow_missing, markdown=markdown, json_out=json_out, update=update,
-                      run_scenario=run, log=lambda line: typer.echo(line, err=line.startswith("error: ")))
+                      run_scenario=run, log=lambda line: typer.echo(line, err=line.startswith("error: ")),
+                      skip_invalid=skip_invalid)
     raise typer.Exit(result.exit_code)
 
 
