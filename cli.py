@@ -358,14 +358,11 @@ def sweep(variant: VariantOpt = None, mode: ModeOpt = None, scope: ScopeOpt = No
 
 
 def _print_outcome(run) -> None:
-    from attnprof.profiler.runner.summary import print_summary
+    from attnprof.profiler.runner.summary import outcome_line, print_summary
 
     s = run.summary
     print_summary(run.records())
-    typer.echo(f"wall {s.wall_s:.1f} s for {len(s.records)} new points, {s.kept} kept from before; "
-               f"{s.compute_s:.1f} s inside the points' processes (x{s.wall_s / max(s.compute_s, 1e-9):.2f}), "
-               f"{s.timed_s:.1f} s of timed forward/backward passes (x{s.wall_s / max(s.timed_s, 1e-9):.2f})"
-               + (f"; capacity predictions {run.capacity_s:.1f} s" if run.capacity_s else ""))
+    typer.echo(outcome_line(s.wall_s, len(s.records), s.kept, s.compute_s, s.timed_s, run.capacity_s))
 
 
 # --- report and gate ----------------------------------------------------------------------------
