@@ -417,7 +417,7 @@ def sweep(scenario: Union[PathLike, Scenario, None] = DEFAULT_SCENARIO, *,
                              repeats=sc.repeats, point_timeout_s=sc.point_timeout_s, executor=executor,
                              parallel=parallel, ray_address=ray_address, ray_cpus_per_point=ray_cpus_per_point,
                              mem_limit_from_device=limit is None)
-    _check_run_folder(run, resume)
+    _check_run_folder(run, resume, report)
     if on_start:
         on_start(run)
     if gpu_types:
@@ -430,9 +430,9 @@ def sweep(scenario: Union[PathLike, Scenario, None] = DEFAULT_SCENARIO, *,
     if report and not run.interrupted:
         for folder in run.folders():
             run.capacity_predictions, run.capacity_s = capacity_for_report(sc, folder, capacity_seconds, log, specs)
-            run.report_path = _render(folder, None, None, seconds=REPORT_SECONDS, gpus=specs)
+            run.report_path = _render(folder, None, None, seconds=REPORT_SECONDS, gpus=specs, log=log)
         if run.parts:  # one page with every GPU type side by side (reports read OUT/gpu-types.json)
-            run.report_path = _render(run.out, None, None, seconds=REPORT_SECONDS, gpus=specs)
+            run.report_path = _render(run.out, None, None, seconds=REPORT_SECONDS, gpus=specs, log=log)
     return run
 
 
@@ -443,19 +443,36 @@ def default_memory_limit(device: str) -> int:
     return default_memory_limit_bytes(device)
 
 
-def _check_run_folder(run: SweepRun, resume: bool) -> None:
-    """The sweep's own refusals, made before anything is printed or written."""
-    from attnprof.profiler.runner.manifest import check_resumable
-    from attnprof.profiler.runner.storage import read_records
+def _check_run_folder(run: SweepRun, resume: bool, report: bool = True) -> None:
+    """The sweep's own refusals, made before anything is printed or written: a folder that
+    cannot be written (read-only, a name too long, a file in the way), a planted link, a
+    results file without a valid record, a corrupt manifest, another scenario."""
+    from attnprof.profiler import safeio
+    from attnprof.profiler.runner.manifest import check_manifest_readable, check_resumable
+    from attnprof.profiler.runner.quarantine import resume_problem
+    from attnprof.profiler.runner.storage import read_records, refuse_planted_links, results_size
     from attnprof.profiler.runner.sweep import SweepError
 
-    if run.out.exists() and not run.out.is_dir():
-        raise SweepError(f"--out {run.out} is a file; give a folder")
-    existing = read_records(run.out) if run.out.is_dir() else []
-    if existing and not resume:
+    safeio.check_folder_writable(run.out, "the run folder")  # a file in the way, too
+    if not run.out.is_dir():
+        return
+    refuse_planted_links(run.out)
+    if report:  # the render at the end writes these: refused now, not after every point has run
+        from attnprof.reports.render_cache import RENDER_FILES
+
+        for name in RENDER_FILES:
+            safeio.refuse_link(run.out / name)
+            safeio.refuse_link(run.out / (name + ".tmp"))
+    if results_size(run.out) and not resume:
         raise SweepError(f"{run.out} already holds results; pass --resume to complete it, or choose another --out")
-    if existing:
-        check_resumable(run.out, run.scenario, run.device)
+    if resume:
+        problem = resume_problem(run.out)
+        if problem:
+            raise SweepError(problem)
+        check_manifest_readable(run.out)
+        existing = read_records(run.out)
+        if existing:
+            check_resumable(run.out, run.scenario, run.device)
 
 
 def capacity_for_report(sc: Scenario, out: Path, seconds: float = CAPACITY_SECONDS,
@@ -478,12 +495,12 @@ def capacity_for_report(sc: Scenario, out: Path, seconds: float = CAPACITY_SECON
         log(f"modelling the longest length that fits {', '.join(g.key for g in gpus)} for the report "
             f"(GPU memory model, at most ~{seconds:.0f} s) ...")
         entries = _capacity_within(sc, tuple(BUDGETS_GIB), seconds, list(gpus))
-        add_gpu_predictions(out, list(gpus), entries)
+        add_gpu_predictions(out, list(gpus), entries, warn=log)
     else:
         log(f"predicting the longest length that fits {min(BUDGETS_GIB)}-{max(BUDGETS_GIB)} GiB for the report "
             f"(fake tensors, at most ~{seconds:.0f} s) ...")
         entries = _capacity_within(sc, tuple(BUDGETS_GIB), seconds)
-        add_predictions(out, entries)
+        add_predictions(out, entries, warn=log)
     took = time.perf_counter() - started
     log(f"  {len(entries)} predictions in {took:.1f} s")
     return len(entries), took
@@ -539,28 +556,31 @@ def _capacity_in_order(task, parts: list, extra: tuple, deadline: float) -> dict
 # --- report -----------------------------------------------------------------------------------
 def report(run_dir: PathLike, *, output: Optional[PathLike] = None, baseline: Optional[PathLike] = None,
            seconds: float = REPORT_SECONDS, gpus: Union[str, Sequence[str], None] = None,
-           gpu_files: Sequence[PathLike] = (), no_cache: bool = False) -> Path:
+           gpu_files: Sequence[PathLike] = (), no_cache: bool = False, log: Log = _quiet) -> Path:
     """Write the self-contained HTML report of a run folder (default ``RUN_DIR/report.html``)
     with PNG charts beside it, optionally against a ``baseline`` run folder; return its
     path. ``seconds``: time for capacity predictions the run lacks (0 = none). ``gpus``
     (GPU table keys): "what fits where" and the capacity chart per named GPU, by the GPU
     memory model, instead of the generic budgets; ``gpu_files``: more GPUs (TOML).
-    ``no_cache``: its predictions neither read nor write the persistent prediction cache."""
+    ``no_cache``: its predictions neither read nor write the persistent prediction cache.
+    ``log`` gets one warning line for invalid records left out (the page notes them too)
+    and for a render cache with invalid entries (ignored and rewritten)."""
     from attnprof.profiler.measure import cache
 
     specs = gpu_table(gpus, gpu_files) if gpus else []  # unknown names fail before any work
     if seconds < 0:
         raise UsageProblem(f"--seconds must not be negative, got {seconds}")
     with cache.disabled() if no_cache else contextlib.nullcontext():
-        return _render(Path(run_dir), output, baseline, seconds, specs)
+        return _render(Path(run_dir), output, baseline, seconds, specs, log)
 
 
 def _render(run_dir: Path, output: Optional[PathLike], baseline: Optional[PathLike], seconds: float,
-            gpus: Sequence = ()) -> Path:
+            gpus: Sequence = (), log: Log = _quiet) -> Path:
     from attnprof.reports.render import render_report
 
     return render_report(Path(run_dir), Path(output) if output is not None else None,
-                         Path(baseline) if baseline is not None else None, seconds=seconds, gpus=list(gpus))
+                         Path(baseline) if baseline is not None else None, seconds=seconds, gpus=list(gpus),
+                         warn=log)
 
 
 # --- gate -------------------------------------------------------------------------------------
@@ -580,11 +600,13 @@ class GateRun:
 def gate(run_dir: Optional[PathLike] = None, *, baseline: PathLike, tolerance: Union[str, float] = "2%",
          abs_tolerance: Union[str, int] = "64KiB", allow_missing: bool = False,
          markdown: Optional[PathLike] = None, json_out: Optional[PathLike] = None, update: bool = False,
-         run_scenario: Optional[str] = None, log: Log = _quiet) -> GateRun:
+         run_scenario: Optional[str] = None, log: Log = _quiet, skip_invalid: bool = False) -> GateRun:
     """Compare a run's deterministic peak memory with a committed baseline JSON (or,
     with ``update``, write the baseline from the run). ``run_scenario`` first sweeps that
     scenario on the CPU into ``run_dir`` (default a temporary folder). Every line of the
-    verdict goes to ``log`` as it comes and into ``GateRun.lines``."""
+    verdict goes to ``log`` as it comes and into ``GateRun.lines``. A run or baseline that
+    holds an invalid record is not comparable (exit 2, naming file and line) unless
+    ``skip_invalid``: then it is left out and the summary says how many were."""
     from attnprof.profiler.gate import run_gate
 
     if run_scenario is not None:
@@ -598,7 +620,8 @@ def gate(run_dir: Optional[PathLike] = None, *, baseline: PathLike, tolerance: U
         log(str(line))
 
     code = run_gate(baseline, run_dir, tolerance_pct=tolerance, abs_tolerance_bytes=abs_tolerance,
-                    allow_missing=allow_missing, markdown_file=markdown, json_file=json_out, update=update, out=out)
+                    allow_missing=allow_missing, markdown_file=markdown, json_file=json_out, update=update, out=out,
+                    skip_invalid=skip_invalid)
     return GateRun(code, Path(run_dir), lines)
 
 

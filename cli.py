@@ -358,14 +358,11 @@ def sweep(variant: VariantOpt = None, mode: ModeOpt = None, scope: ScopeOpt = No
 
 
 def _print_outcome(run) -> None:
-    from attnprof.profiler.runner.summary import print_summary
+    from attnprof.profiler.runner.summary import outcome_line, print_summary
 
     s = run.summary
     print_summary(run.records())
-    typer.echo(f"wall {s.wall_s:.1f} s for {len(s.records)} new points, {s.kept} kept from before; "
-               f"{s.compute_s:.1f} s inside the points' processes (x{s.wall_s / max(s.compute_s, 1e-9):.2f}), "
-               f"{s.timed_s:.1f} s of timed forward/backward passes (x{s.wall_s / max(s.timed_s, 1e-9):.2f})"
-               + (f"; capacity predictions {run.capacity_s:.1f} s" if run.capacity_s else ""))
+    typer.echo(outcome_line(s.wall_s, len(s.records), s.kept, s.compute_s, s.timed_s, run.capacity_s))
 
 
 # --- report and gate ----------------------------------------------------------------------------
@@ -383,7 +380,7 @@ def report(run_dir: Annotated[Path, typer.Argument(
     from attnprof import api
 
     path = api.report(run_dir, output=output, baseline=baseline, seconds=seconds, gpus=gpu, gpu_files=gpu_file or (),
-                      no_cache=no_cache)
+                      no_cache=no_cache, log=lambda line: typer.echo(line, err=True))
     typer.echo(f"report: {path}")
 
 
@@ -398,6 +395,9 @@ def gate(run_dir: Annotated[Optional[Path], typer.Argument(help="a sweep's run f
              "--abs-tolerance", help="absolute tolerance floor, e.g. 64KiB, 1MiB or 0")] = "64KiB",
          allow_missing: Annotated[bool, typer.Option(
              "--allow-missing", help="points missing on either side are not errors")] = False,
+         skip_invalid: Annotated[bool, typer.Option(
+             "--skip-invalid", help="leave out records that are not valid (named, and counted in the summary) "
+                                    "instead of exit 2")] = False,
          markdown: Annotated[Optional[Path], typer.Option(
              "--markdown", help="write a Markdown summary to this file")] = None,
          json_out: Annotated[Optional[Path], typer.Option(
@@ -410,7 +410,8 @@ def gate(run_dir: Annotated[Optional[Path], typer.Argument(help="a sweep's run f
 
     result = api.gate(run_dir, baseline=baseline, tolerance=tolerance, abs_tolerance=abs_tolerance,
                       allow_missing=allow_missing, markdown=markdown, json_out=json_out, update=update,
-                      run_scenario=run, log=lambda line: typer.echo(line, err=line.startswith("error: ")))
+                      run_scenario=run, log=lambda line: typer.echo(line, err=line.startswith("error: ")),
+                      skip_invalid=skip_invalid)
     raise typer.Exit(result.exit_code)
 
 

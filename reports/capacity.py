@@ -33,13 +33,15 @@ import pandas as pd
 from attnprof.errors import UserError
 from attnprof.profiler.records import Point, Shape
 from attnprof.profiler.units import GIB, fmt_bytes, fmt_len
+from attnprof.reports import render_cache
 from attnprof.reports.builtins import expected_exponents, is_builtin
+from attnprof.reports.render_cache import CACHE_FILE, GPU_CACHE_FILE, clean_fields
+
+Warn = Callable[[str], None]
 
 # Budgets in GiB, with GPUs that have about that much memory.
 BUDGETS_GIB = {16: "V100 16GB, T4", 24: "RTX 4090, A10", 40: "A100 40GB", 80: "A100/H100 80GB", 141: "H200"}
 MIN_EXP, MAX_EXP = 4, 20  # lengths searched: 16 .. 1M tokens
-CACHE_FILE = "report-predictions.json"
-GPU_CACHE_FILE = "report-gpu-predictions.json"  # GPU model figures: {GPU fingerprint: {point key: gpu_* fields}}
 GPU_MODEL = "predicted (GPU model)"  # how every GPU figure is labelled: a model, never a measurement
 FIRST_CALL_S = 4.0  # a cold process's first predict(): mostly importing torch._dynamo
 Predictor = Callable[[Point], int]
@@ -171,24 +173,25 @@ class Capacity:
 
 def capacity(frame: pd.DataFrame, run_dir: Path | None = None, *, seconds: float = 4.0,
              predictor: Predictor | None = None, budgets: dict | None = None, gpus: list | None = None,
-             gpu_predictor: GpuPredictor | None = None) -> Capacity:
+             gpu_predictor: GpuPredictor | None = None, warn: Optional[Warn] = None) -> Capacity:
     """Fits for every series × panel and budget; predict() runs for about ``seconds`` at most
     (one call may overrun it), round-robin over curves, the shortest undecided length first.
 
     ``gpus`` (GpuSpecs): the columns are these GPUs rather than ``budgets``, and what must
-    fit each is the GPU model's total (``gpu_predictor``, default the model itself)."""
+    fit each is the GPU model's total (``gpu_predictor``, default the model itself).
+    ``warn`` gets one line for a render cache with invalid entries (ignored, rewritten)."""
     if gpus:
-        return _gpu_capacity(frame, run_dir, list(gpus), seconds, gpu_predictor or default_gpu_predictor)
+        return _gpu_capacity(frame, run_dir, list(gpus), seconds, gpu_predictor or default_gpu_predictor, warn)
     predictor = predictor or default_predictor
     budgets = budgets or BUDGETS_GIB
-    cache = _read_cache(run_dir)
+    cache, bad = _read_cache(run_dir, warn)
     curves = [_curve(rows, cache) for _, rows in frame.groupby(["series", "panel"], sort=False)]
     # The first fake-tensor run in a process imports torch._dynamo (seconds): budget for it.
     warm = predictor is not default_predictor or "torch._dynamo" in sys.modules
     start = time.monotonic()
     calls = _search(curves, lambda c: [b * GIB for b in budgets], int(frame["seq_len"].min()), seconds, warm,
                     lambda c, n: _predict(c, n, predictor, cache))
-    _write_cache(run_dir, cache)
+    render_cache.write(run_dir, CACHE_FILE, cache, force=bad)
     fits = {(c.series, c.panel): {b: c.fit(b * GIB) for b in budgets} for c in curves}
     problems = {(c.series, c.panel): c.problem for c in curves if c.problem}
     return Capacity(dict(budgets), fits, calls, time.monotonic() - start, problems)
@@ -221,16 +224,16 @@ def _search(curves: list, limits: Callable[[Curve], list], first: int, seconds: 
 
 # --- named GPUs: the GPU memory model's total against each GPU's memory ------------------------
 def _gpu_capacity(frame: pd.DataFrame, run_dir: Path | None, gpus: list, seconds: float,
-                  predictor: GpuPredictor) -> Capacity:
+                  predictor: GpuPredictor, warn: Optional[Warn]) -> Capacity:
     specs = {g.key: g for g in gpus}
-    cache = _read_gpu_cache(run_dir)
+    cache, bad = _read_gpu_cache(run_dir, warn)
     curves = [_gpu_curve(rows, spec, cache.get(gpu_fingerprint(spec), {}))
               for _, rows in frame.groupby(["series", "panel"], sort=False) for spec in specs.values()]
     warm = predictor is not default_gpu_predictor or "torch._dynamo" in sys.modules
     start = time.monotonic()
     calls = _search(curves, lambda c: [specs[c.gpu].memory_bytes], int(frame["seq_len"].min()), seconds, warm,
                     lambda c, n: _predict_gpu(c, n, predictor, cache, specs))
-    _write_gpu_cache(run_dir, cache)
+    render_cache.write(run_dir, GPU_CACHE_FILE, cache, force=bad)
     fits: dict = {}
     for c in curves:
         fits.setdefault((c.series, c.panel), {})[c.gpu] = c.fit(specs[c.gpu].memory_bytes)
@@ -311,7 +314,7 @@ def _predict_gpu(curve: Curve, n: int, predictor: GpuPredictor, cache: dict, spe
             missing = [g for g in specs.values() if key not in cache.get(gpu_fingerprint(g), {})]
             made = predictor(point, missing)
             for g in missing:
-                fields = _clean_fields(made.get(g.key))
+                fields = clean_fields(made.get(g.key))
                 if fields is None:
                     raise ValueError(f"the GPU model gave no figures for {g.key}")
                 cache.setdefault(gpu_fingerprint(g), {})[key] = fields
@@ -325,59 +328,30 @@ def _predict_gpu(curve: Curve, n: int, predictor: GpuPredictor, cache: dict, spe
     return 0
 
 
-def _clean_fields(fields) -> Optional[dict]:
-    """A record's gpu_* fields as data: known names, plain values, a numeric total and a
-    boolean fit; None for anything else (a hostile or stale cache file)."""
-    from attnprof.profiler.gpu.model import GPU_FIELDS
-
-    if not isinstance(fields, dict):
-        return None
-    out = {k: fields.get(k) for k in GPU_FIELDS}
-    total = out["gpu_total_bytes"]
-    if isinstance(total, bool) or not isinstance(total, (int, float)) or not math.isfinite(total) or total < 0:
-        return None
-    if not isinstance(out["gpu_fits"], bool):
-        return None
-    for k, v in out.items():
-        if v is not None and not isinstance(v, (str, int, float, bool)):
-            return None
-        if isinstance(v, float) and not math.isfinite(v):
-            return None
-    return out
+def _read_gpu_cache(run_dir: Path | None, warn: Optional[Warn]) -> tuple[dict, bool]:
+    cache, problem = render_cache.read_gpu_cache(run_dir)
+    if problem and warn:
+        warn(render_cache.warning(run_dir, GPU_CACHE_FILE, problem))
+    return cache, bool(problem)
 
 
-def _read_gpu_cache(run_dir: Path | None) -> dict:
-    """Earlier model figures, GPU fingerprint -> point key -> gpu_* fields; anything
-    unreadable or malformed counts as none."""
-    try:
-        data = json.loads((Path(run_dir) / GPU_CACHE_FILE).read_text(encoding="utf-8")) if run_dir else {}
-    except (OSError, ValueError, RecursionError):
-        return {}
-    if not isinstance(data, dict):
-        return {}
-    out: dict = {}
-    for fp, points in data.items():
-        if isinstance(fp, str) and isinstance(points, dict):
-            kept = {k: f for k, f in ((k, _clean_fields(v)) for k, v in points.items()) if f is not None}
-            if kept:
-                out[fp] = kept
-    return out
+def _read_cache(run_dir: Path | None, warn: Optional[Warn]) -> tuple[dict, bool]:
+    cache, problem = render_cache.read_cache(run_dir)
+    if problem and warn:
+        warn(render_cache.warning(run_dir, CACHE_FILE, problem))
+    return cache, bool(problem)
 
 
-def _write_gpu_cache(run_dir: Path | None, cache: dict) -> None:
-    _write_json(run_dir, GPU_CACHE_FILE, cache)
-
-
-def add_gpu_predictions(run_dir: Path, gpus: list, entries: dict) -> None:
+def add_gpu_predictions(run_dir: Path, gpus: list, entries: dict, warn: Optional[Warn] = None) -> None:
     """Merge model figures made elsewhere (the sweep's capacity phase:
     ``profiler.gpu.model.gpu_capacity_predictions``, (GPU key, point key) -> gpu_* fields)."""
-    cache = _read_gpu_cache(run_dir)
+    cache, bad = _read_gpu_cache(run_dir, warn)
     fingerprints = {g.key: gpu_fingerprint(g) for g in gpus}
     for (gpu, key), fields in entries.items():
-        fields = _clean_fields(fields)
+        fields = clean_fields(fields)
         if gpu in fingerprints and fields is not None:
             cache.setdefault(fingerprints[gpu], {})[key] = fields
-    _write_gpu_cache(run_dir, cache)
+    render_cache.write(run_dir, GPU_CACHE_FILE, cache, force=bad)
 
 
 def _around(ks: list[int], n: int) -> tuple[int, int]:
@@ -427,7 +401,7 @@ def _curve(rows: pd.DataFrame, cache: dict) -> Curve:
     if not is_builtin(str(first["variant"])):
         curve.problem = not_predicted(str(first["variant"]))
     for n, value in zip(rows["seq_len"], rows["predicted_peak_bytes"]):
-        if not pd.isna(value):
+        if not pd.isna(value) and value > 0:  # a 0-byte peak from a record would end in log(0)
             curve.known[int(n)] = float(value)
     for n in range(MIN_EXP, MAX_EXP + 1):  # earlier renders' predictions
         try:
@@ -454,33 +428,8 @@ def _batch_rule(rows: pd.DataFrame) -> Callable[[int], int]:
     return lambda n: batch
 
 
-def _read_cache(run_dir: Path | None) -> dict:
-    """Earlier renders' predictions, point key -> bytes; anything unreadable counts as none."""
-    try:
-        data = json.loads((Path(run_dir) / CACHE_FILE).read_text(encoding="utf-8")) if run_dir else {}
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(data, dict):
-        return {}
-    return {k: v for k, v in data.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-
-
-def _write_json(run_dir: Path | None, name: str, cache: dict) -> None:
-    """Write a render cache into the run folder; nothing to write, or no folder, writes nothing."""
-    if not run_dir or not cache:
-        return
-    try:
-        (Path(run_dir) / name).write_text(json.dumps(cache, indent=0), encoding="utf-8")
-    except OSError:  # a read-only run folder: the report still renders, only slower next time
-        pass
-
-
-def _write_cache(run_dir: Path | None, cache: dict) -> None:
-    _write_json(run_dir, CACHE_FILE, cache)
-
-
-def add_predictions(run_dir: Path, entries: dict) -> None:
+def add_predictions(run_dir: Path, entries: dict, warn: Optional[Warn] = None) -> None:
     """Merge predictions made elsewhere (the sweep's capacity phase) into the cache."""
-    cache = _read_cache(run_dir)
+    cache, bad = _read_cache(run_dir, warn)
     cache.update(entries)
-    _write_cache(run_dir, cache)
+    render_cache.write(run_dir, CACHE_FILE, cache, force=bad)

@@ -4,6 +4,7 @@ run holds nothing to draw."""
 
 from __future__ import annotations
 
+import io
 import textwrap
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator
 
+from attnprof.profiler.safeio import write_atomic
 from attnprof.reports.capacity import GPU_MODEL, MAX_EXP, MIN_EXP, Capacity, fit_text
 from attnprof.reports.data import panels, series_order
 from attnprof.reports.palette import colours, markers
@@ -24,9 +26,14 @@ PANEL_W, PANEL_H, LEGEND_W = 3.8, 3.6, 2.8  # inches
 SAVED_MODES = ("checkpoint", "reversible")
 
 
-def save(fig: Figure, path: Path) -> Path:
-    fig.savefig(path, dpi=DPI, format="png")
-    return path
+def save(fig: Figure, path: Path) -> bytes:
+    """The PNG of ``fig``, written to ``path`` without following a planted link (drawn into
+    memory, then ``safeio.write_atomic``); returns its bytes for the page."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, dpi=DPI, format="png")
+    data = buffer.getvalue()
+    write_atomic(path, data)
+    return data
 
 
 def legend_label(text: str, width: int = 26) -> str:

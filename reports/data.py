@@ -16,7 +16,8 @@ import pandas as pd
 from attnprof.errors import UserError
 from attnprof.profiler.gate.checks import record_problem
 from attnprof.profiler.records import IDENTITY_FIELDS, PointRecord, step_time_ms, variant_family
-from attnprof.profiler.runner.storage import MANIFEST_FILE, RESULTS_FILE, load_run, read_records
+from attnprof.profiler import safeio
+from attnprof.profiler.runner.storage import MANIFEST_FILE, MAX_MANIFEST_BYTES, RESULTS_FILE, load_run, read_records_checked
 
 # Panels in reading order: the three stack modes, then the attention core alone.
 PANEL_ORDER = ("plain", "checkpoint", "reversible", "attention")
@@ -48,6 +49,25 @@ class Run:
     manifest: dict
     parts: dict = field(default_factory=dict)  # a --gpu-types folder: GPU type -> its run folder
     missing: dict = field(default_factory=dict)  # GPU type -> why its folder is left out
+    skipped: list = field(default_factory=list)  # Skipped: invalid lines of results.jsonl, left out
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """The invalid lines of one results file: rendered around, and said so (``skipped_note``)."""
+
+    file: Path
+    problems: tuple  # storage.Problem (line number, reason)
+
+
+def skipped_note(skipped: list, role: str = "run") -> str:
+    """'skipped 2 invalid record(s) of the run: RUN/results.jsonl line 3, 7 (line 3: ...)' in one line."""
+    total = sum(len(s.problems) for s in skipped)
+    where = "; ".join(f"{s.file} line {', '.join(str(p.line) for p in s.problems[:10])}"
+                      + (f" and {len(s.problems) - 10} more" if len(s.problems) > 10 else "") for s in skipped)
+    first = skipped[0].problems[0]
+    return one_line(f"skipped {total} invalid record(s) of the {role}: {where} (first, {first}); "
+                    f"the report shows the valid ones")
 
 
 def one_line(text) -> str:
@@ -57,34 +77,41 @@ def one_line(text) -> str:
 def load(run_dir, role: str = "run") -> Run:
     """The run at ``run_dir``, or ReportError saying in one line what is wrong with it."""
     path = Path(run_dir)
-    if not path.exists():
+    try:
+        exists, is_dir = path.exists(), path.is_dir()
+    except OSError as exc:  # a name too long for the file system
+        raise ReportError(one_line(f"{role} folder {str(path)[:120]}: {exc.strerror or exc}")) from None
+    if not exists:
         raise ReportError(f"{role} folder not found: {path}")
-    if not path.is_dir():
+    if not is_dir:
         raise ReportError(f"{role} {path} is not a folder")
     if not (path / RESULTS_FILE).is_file() and (path / GPU_TYPES_FILE).is_file():
         return load_gpu_types(path, role)
-    frame, manifest = _read(path, role)
+    frame, manifest, skipped = _read(path, role)
     try:
-        return Run(path, tidy(frame), manifest)
+        return Run(path, tidy(frame), manifest, skipped=skipped)
     except (OSError, KeyError, OverflowError, *_UNREADABLE) as exc:
         raise ReportError(one_line(f"{role} {path}: cannot use {RESULTS_FILE}: {type(exc).__name__}: {exc}")) from None
 
 
-def _read(path: Path, role: str) -> tuple[pd.DataFrame, dict]:
-    """One run folder's rows (before ``tidy``) and manifest, validated."""
+def _read(path: Path, role: str) -> tuple[pd.DataFrame, dict, list]:
+    """One run folder's rows (before ``tidy``), manifest and skipped lines, validated."""
     if not (path / RESULTS_FILE).is_file():
         raise ReportError(f"{role} folder {path} has no {RESULTS_FILE} (is it a run folder?)")
     try:
-        records = read_records(path)
+        records, problems = read_records_checked(path)
     except (OSError, *_UNREADABLE) as exc:
         raise ReportError(one_line(f"{role} {path}: cannot read {RESULTS_FILE}: {type(exc).__name__}: {exc}")) from None
+    if problems and problems[0].line == 0:  # the file as a whole: not readable
+        raise ReportError(one_line(f"{role} {path}: {problems[0]}"))
+    skipped = [Skipped(path / RESULTS_FILE, tuple(problems))] if problems else []
     if not records:
         raise ReportError(f"{role} {path}: {RESULTS_FILE} holds no valid record" if _has_content(path / RESULTS_FILE)
                           else f"{role} {path} has no results yet ({RESULTS_FILE} is empty)")
     check_records(records, f"{role} {path}: {RESULTS_FILE}")
     manifest = _manifest(path)
     try:
-        return load_run(path), manifest
+        return load_run(path), manifest, skipped
     except (OSError, KeyError, OverflowError, *_UNREADABLE) as exc:  # e.g. a line appended since the check
         raise ReportError(one_line(f"{role} {path}: cannot use {RESULTS_FILE}: {type(exc).__name__}: {exc}")) from None
 
@@ -94,12 +121,13 @@ def load_gpu_types(path: Path, role: str = "run") -> Run:
     index lists (a type not run yet is left out and named), each row's ``device_label``
     its device name (its GPU type where the records name none)."""
     folders = gpu_type_folders(path)
-    frames, manifests, missing = [], {}, {}
+    frames, manifests, missing, skipped = [], {}, {}, []
     for gpu_type, folder in folders.items():
         if not (folder / RESULTS_FILE).is_file() or not _has_content(folder / RESULTS_FILE):
             missing[gpu_type] = f"{folder.name}: no results yet"
             continue
-        frame, manifest = _read(folder, f"{role} {gpu_type}")
+        frame, manifest, skipped_here = _read(folder, f"{role} {gpu_type}")
+        skipped += skipped_here
         names = frame["device_name"] if "device_name" in frame else pd.Series("", index=frame.index)
         frame["device_label"] = [n if isinstance(n, str) and n.strip() else gpu_type for n in names]
         frame["gpu_type"] = gpu_type
@@ -118,7 +146,7 @@ def load_gpu_types(path: Path, role: str = "run") -> Run:
     except (OSError, KeyError, OverflowError, *_UNREADABLE) as exc:
         raise ReportError(one_line(f"{role} {path}: cannot combine its run folders: {type(exc).__name__}: {exc}")) from None
     parts = {t: folders[t] for t in manifests}
-    return Run(path, frame, manifest, parts=parts, missing=missing)
+    return Run(path, frame, manifest, parts=parts, missing=missing, skipped=skipped)
 
 
 def _distinct_labels(frames: list) -> None:
@@ -203,10 +231,13 @@ def check_records(records: list, where: str) -> None:
 
 def _manifest(path: Path) -> dict:
     file = path / MANIFEST_FILE
-    if not file.exists():
-        return {}
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
+        raw = safeio.read_bounded(file, MAX_MANIFEST_BYTES)  # never through a link, never a FIFO
+        if raw is None:
+            return {}
+        data = json.loads(raw.decode("utf-8"))
+    except safeio.LinkRefused:
+        raise
     except (OSError, *_UNREADABLE) as exc:
         raise ReportError(one_line(f"{file} is not valid JSON: {type(exc).__name__}: {exc}")) from None
     return data if isinstance(data, dict) else {"manifest": data}

@@ -7,7 +7,6 @@ import base64
 import struct
 from dataclasses import dataclass
 from html import escape
-from pathlib import Path
 
 CSS = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #1d2330;
@@ -50,9 +49,9 @@ class Section:
     body: str  # HTML, already escaped by whoever built it
 
 
-def image(path: Path, alt: str, caption: str) -> str:
-    """A PNG embedded as a data URI, with its pixel size so the page does not reflow."""
-    data = Path(path).read_bytes()
+def image(data: bytes, alt: str, caption: str) -> str:
+    """A PNG (its bytes, as drawn: never read back from a folder that is data) embedded as
+    a data URI, with its pixel size so the page does not reflow."""
     width, height = struct.unpack(">II", data[16:24])  # the IHDR chunk of a PNG
     uri = "data:image/png;base64," + base64.b64encode(data).decode("ascii")
     return (f'<figure><img src="{uri}" alt="{escape(alt)}" width="{width}" height="{height}">'

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from typing import Callable
 from html import escape
 from pathlib import Path
 
+from attnprof.profiler import safeio
 from attnprof.reports import charts, page, tables, time_accuracy
 from attnprof.reports.capacity import BUDGETS_GIB, CACHE_FILE, GPU_CACHE_FILE, GPU_MODEL, Capacity, capacity
-from attnprof.reports.data import ReportError, Run, devices, load, multi_device, one_line, panels
+from attnprof.reports.data import ReportError, Run, devices, load, multi_device, one_line, panels, skipped_note
 from attnprof.reports.diff import compare, diff_table
+from attnprof.reports.render_cache import CHARTS
 from attnprof.reports.scaling import slopes
 from attnprof.profiler.units import GIB, fmt_bytes
 
@@ -22,39 +25,61 @@ FINISH_RESERVE_S = 1.0
 
 
 def render_report(run_dir: Path, output: Path | None = None, baseline: Path | None = None, *,
-                  seconds: float = 7.0, gpus: list | None = None) -> Path:
+                  seconds: float = 7.0, gpus: list | None = None, warn: Callable[[str], None] | None = None) -> Path:
     """Write the report of ``run_dir`` (default ``RUN_DIR/report.html``) and its PNGs beside
     it (``<stem>-memory.png``, ...); return the HTML path. ``seconds`` is a soft target for
     the whole render: predict() calls for the capacity chart get what is left of it (one
     call may overrun it by a few seconds); 0 turns them off, a minute verifies most runs.
     ``gpus`` (``profiler.gpu.table.GpuSpec``s): "what fits where" and the capacity chart
-    are per named GPU, by the GPU memory model, instead of per generic budget."""
+    are per named GPU, by the GPU memory model, instead of per generic budget.
+
+    Invalid records are left out and said so: one line to ``warn`` and a note on the page.
+    Nothing is written through a link planted in the run folder (``safeio``): the page,
+    its charts and the render caches are refused, in one line, before any work."""
     start = time.monotonic()
+    warn = warn or (lambda line: None)
     run = load(run_dir)
     base = load(baseline, role="baseline") if baseline is not None else None
     output = Path(output) if output is not None else run.path / "report.html"
+    safeio.check_file_writable(output, "the report")  # a name too long, a read-only folder: before any work
     if output.is_dir():
         raise ReportError(f"output {output} is a folder; give a file name such as report.html")
+    _refuse_links(run, output)
+    notes = [skipped_note(r.skipped, role) for r, role in ((run, "run"), (base, "baseline")) if r and r.skipped]
+    for note in notes:
+        warn(f"warning: {note}")
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
-        images, cap = _draw(run, output, start, seconds, gpus or [])
+        images, cap = _draw(run, output, start, seconds, gpus or [], warn)
         sections = _sections(run, cap, base, images)
-        html = page.document(f"attnprof report: {_run_name(run)}", _meta(run, base), sections)
-        output.write_text(html, encoding="utf-8")
+        html = page.document(f"attnprof report: {_run_name(run)}", _meta(run, base) + notes, sections)
+        safeio.write_atomic(output, html.encode("utf-8"))
     except OSError as exc:
         raise ReportError(one_line(f"cannot write the report to {output}: {exc}")) from None
     return output
 
 
-def _draw(run: Run, output: Path, start: float, seconds: float, gpus: list) -> tuple[dict, Capacity]:
-    """Save each chart as a PNG beside the page (name -> path, for those drawn); the
+def _chart_path(output: Path, name: str) -> Path:
+    return output.with_name(f"{output.stem}-{name}.png")
+
+
+def _refuse_links(run: Run, output: Path) -> None:
+    """LinkRefused (one line, exit 2) for any file the render would write or remove that
+    is a symbolic link: checked before any work, and again as each file is written."""
+    for path in [output, *(_chart_path(output, n) for n in CHARTS), run.path / CACHE_FILE, run.path / GPU_CACHE_FILE]:
+        safeio.refuse_link(path)
+        safeio.refuse_link(path.with_name(path.name + ".tmp"))
+
+
+def _draw(run: Run, output: Path, start: float, seconds: float, gpus: list, warn) -> tuple[dict, Capacity]:
+    """Save each chart as a PNG beside the page (name -> its bytes, for those drawn); the
     capacity predictions get the time left after the other charts."""
     frame, drawn = run.frame, {}
     for name, draw in (("memory", charts.memory_chart), ("time", charts.time_chart), ("savings", charts.savings_chart),
                        (TIME_ACCURACY, charts.time_accuracy_chart)):
         _save(draw(frame), output, name, drawn)
     left = max(0.0, seconds - (time.monotonic() - start) - FINISH_RESERVE_S)
-    cap = capacity(frame, run.path, seconds=left, budgets=_budgets(run), gpus=gpus)
+    cap = capacity(frame, run.path, seconds=left, budgets=_budgets(run), gpus=gpus, warn=warn)
     _save(charts.capacity_chart(frame, cap), output, "capacity", drawn)
     return drawn, cap
 
@@ -78,8 +103,9 @@ def _environments(run: Run) -> list[dict]:
 
 
 def _save(fig, output: Path, name: str, drawn: dict) -> None:
-    path = output.with_name(f"{output.stem}-{name}.png")
+    path = _chart_path(output, name)
     if fig is None:
+        safeio.refuse_link(path)
         path.unlink(missing_ok=True)  # no stale chart from an earlier render
     else:
         drawn[name] = charts.save(fig, path)
@@ -214,7 +240,7 @@ CAPTIONS = {
 }
 
 
-TIME_ACCURACY = "time-accuracy"  # the chart's name: report-time-accuracy.png
+TIME_ACCURACY = CHARTS[3]  # the chart's name: report-time-accuracy.png
 NO_TIME_MODEL = ("No point has a predicted step time (the time model, docs/time-model.md: records from before "
                  "it, or no calibrated rates), so the report has no time-model section.")
 TIME_ACCURACY_CAPTION = (
@@ -236,9 +262,9 @@ GPU_CAPACITY_CAPTION = (f"Longest power-of-two length whose modelled GPU total (
 
 
 def _charts(images: dict, cap: Capacity) -> str:
-    shown = {name: path for name, path in images.items() if name != TIME_ACCURACY}  # that one has its own section
+    shown = {name: data for name, data in images.items() if name != TIME_ACCURACY}  # that one has its own section
     captions = {**CAPTIONS, "capacity": GPU_CAPACITY_CAPTION} if cap.gpus else CAPTIONS
-    html = [page.image(path, f"{name} chart", captions[name]) for name, path in shown.items()]
+    html = [page.image(data, f"{name} chart", captions[name]) for name, data in shown.items()]
     if not shown:
         html.append(page.paragraph("Nothing to draw: no point has a peak or a time."))
     if TIME_ACCURACY not in images:

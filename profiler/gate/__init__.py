@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Callable, Optional
 
-from attnprof.profiler import units
+from attnprof.profiler import safeio, units
 from attnprof.profiler.gate.baseline import (FORMAT, VERSION, Snapshot, point_label, read_baseline, read_run,
                                              update_baseline)
 from attnprof.profiler.gate.compare import Comparison, GateResult, compare
@@ -51,11 +51,22 @@ def parse_bytes(text: str | int) -> int:
 
 
 def _write(path: str | Path, text: str, append: bool = False, what: str = "output") -> None:
+    """Write or append, never through a planted link (``--json-out RUN/gate.json`` writes
+    into a run folder, which is data): ``safeio``."""
+    data = text.encode("utf-8")
     try:
-        with open(path, "a" if append else "w", encoding="utf-8") as fh:
-            fh.write(text)
+        if not append:
+            safeio.write_atomic(Path(path), data)
+            return
+        fd = safeio.open_append(Path(path))
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
     except OSError as exc:
         raise GateError(f"cannot write {what} {path}: {exc.strerror or exc}") from None
+    except safeio.LinkRefused as exc:
+        raise GateError(str(exc)) from None
 
 
 def _write_markdown(text: str, markdown_file: Optional[str | Path]) -> None:
@@ -75,22 +86,26 @@ def _write_json(doc: dict, json_file: Optional[str | Path]) -> None:
 def run_gate(baseline: str | Path, run_dir: str | Path, tolerance_pct: float | str = DEFAULT_TOLERANCE_PCT,
              abs_tolerance_bytes: int | str = DEFAULT_ABS_TOLERANCE, allow_missing: bool = False,
              markdown_file: Optional[str | Path] = None, json_file: Optional[str | Path] = None,
-             update: bool = False, out: Callable[[str], object] = print) -> int:
+             update: bool = False, out: Callable[[str], object] = print, skip_invalid: bool = False) -> int:
     """What ``attnprof gate`` does; returns the exit code (0 pass, 1 regression, 2 error).
 
-    ``update`` (re)writes the baseline from the run instead of comparing. Tolerances may be
+    ``update`` (re)writes the baseline from the run instead of comparing. An invalid record
+    in the run or the baseline is exit 2 (naming file and line) unless ``skip_invalid``:
+    then it is left out, and the summary says how many were. Tolerances may be
     given as numbers or as the CLI's strings ('2%', '1MiB'). Every GateError becomes one
     ``error: ...`` line through ``out`` (and in the summaries), and exit code 2.
     """
     try:
         if update:
-            doc = update_baseline(baseline, run_dir)
+            doc = update_baseline(baseline, run_dir, skip_invalid)
             ok = sum(1 for p in doc["points"] if p["status"] == "ok")
+            skipped = doc.get("skipped_invalid")
             out(f"baseline {baseline} written from {run_dir}: {len(doc['points'])} points ({ok} ok), "
-                f"scenario {doc['scenario'].get('name')!r}, {doc['device']} {doc['device_name']}".rstrip())
+                f"scenario {doc['scenario'].get('name')!r}, {doc['device']} {doc['device_name']}".rstrip()
+                + (f"; {skipped} invalid record(s) skipped (--skip-invalid)" if skipped else ""))
             return 0
         result = compare(baseline, run_dir, parse_tolerance(tolerance_pct), parse_bytes(abs_tolerance_bytes),
-                         allow_missing)
+                         allow_missing, skip_invalid)
         out(format_table(result).rstrip("\n"))
         _write_markdown(format_markdown(result), markdown_file)
         _write_json(result_to_json(result), json_file)

@@ -17,8 +17,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from attnprof.profiler.gate.errors import GateError
-from attnprof.profiler.gate.snapshot import (UNREADABLE, Snapshot, check_point, point_label, point_of_record,
-                                             printable, read_run, require_ok_point)
+from attnprof.profiler.gate.snapshot import (UNREADABLE, Snapshot, check_point, invalid, point_label,
+                                             point_of_record, printable, read_run, require_ok_point)
 from attnprof.profiler.records import IDENTITY_FIELDS, key_of_record
 
 __all__ = ["FIGURE_FIELDS", "FORMAT", "IDENTITY_FIELDS", "VERSION", "GateError", "Snapshot", "baseline_document",
@@ -30,8 +30,21 @@ VERSION = 1
 FIGURE_FIELDS = ("status", "measured_peak_bytes", "measured_by", "predicted_peak_bytes", "time_ms")
 
 
-def read_baseline(path: str | Path) -> Snapshot:
-    """A baseline file, fully validated: format, version, scenario, device, points."""
+def _point_lines(text: str, count: int) -> dict:
+    """Point index -> line number, when the file has the layout ``dump_baseline`` writes
+    (one point per line after ``"points": [``); {} for any other layout."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.strip() == '"points": ['), None)
+    if start is None or len(lines) < start + 1 + count or not all(
+            lines[start + 1 + i].lstrip().startswith("{") for i in range(count)):
+        return {}
+    return {i: start + 2 + i for i in range(count)}
+
+
+def read_baseline(path: str | Path, skip_invalid: bool = False) -> Snapshot:
+    """A baseline file, fully validated: format, version, scenario, device, points. An
+    invalid point is a GateError naming it (and its line), unless ``skip_invalid``: then
+    it is left out and listed in ``Snapshot.skipped``."""
     path = Path(path)
     if not path.is_file():
         raise GateError(f"baseline not found: {path} (create it with: attnprof gate --update --baseline {path} RUN_DIR)")
@@ -64,14 +77,24 @@ def read_baseline(path: str | Path) -> Snapshot:
         if doc.get(name) is not None and not isinstance(doc.get(name), str):
             raise GateError(f"baseline {path} is malformed: {name} must be a string")
     snap = Snapshot(str(path), scenario, doc.get("device") or "", doc.get("device_name") or "")
+    lines = _point_lines(text, len(points))
     for i, point in enumerate(points):
-        if not isinstance(point, dict) or any(f not in point for f in IDENTITY_FIELDS + FIGURE_FIELDS):
-            raise GateError(f"baseline {path} is malformed: point {i} lacks identity or figure fields")
-        check_point(point, f"baseline {path}")
+        where = f"{path} point {i}" + (f" (line {lines[i]})" if i in lines else "")
+        try:
+            if not isinstance(point, dict) or any(f not in point for f in IDENTITY_FIELDS + FIGURE_FIELDS):
+                raise GateError(f"{where} lacks identity or figure fields")
+            check_point(point, where)
+        except GateError as exc:
+            snap.skipped.append(str(exc))
+            continue
         key = key_of_record(point)
         if key in snap.points:
             raise GateError(f"baseline {path} is malformed: point {point_label(point)} appears twice")
         snap.points[key] = point
+    if snap.skipped and not skip_invalid:
+        raise invalid(snap.skipped, f"baseline {path}")
+    if not snap.points:
+        raise GateError(f"baseline {path} holds no valid point ({len(snap.skipped)} invalid point(s) skipped)")
     return snap
 
 
@@ -96,12 +119,16 @@ def dump_baseline(doc: dict) -> str:
     return head[:-2] + ',\n  "points": [\n' + rows + "\n  ]\n}\n"
 
 
-def update_baseline(baseline_path: str | Path, run_dir: str | Path) -> dict:
+def update_baseline(baseline_path: str | Path, run_dir: str | Path, skip_invalid: bool = False) -> dict:
     """Write (or refresh) the baseline from a run. Atomic: a temp file in the same folder,
-    fsynced, then renamed over the old one, so a kill never leaves a truncated baseline."""
-    run = read_run(run_dir)
+    fsynced, then renamed over the old one, so a kill never leaves a truncated baseline.
+    A run with an invalid record is refused unless ``skip_invalid`` (then the document's
+    ``skipped_invalid`` says how many were left out)."""
+    run = read_run(run_dir, skip_invalid)
     require_ok_point(run, "run")
     doc = baseline_document(run)
+    if run.skipped:
+        doc["skipped_invalid"] = len(run.skipped)
     path = Path(baseline_path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -60,6 +60,7 @@ class GateResult:
     comparisons: list = field(default_factory=list)
     missing: list = field(default_factory=list)  # labels in the baseline only (--allow-missing)
     new: list = field(default_factory=list)  # labels in the run only (--allow-missing)
+    skipped: list = field(default_factory=list)  # invalid records left out, "FILE line N: why" (--skip-invalid)
 
     @property
     def regressions(self) -> list:
@@ -156,7 +157,8 @@ def _missing_message(missing: list, new: list, run: str) -> str:
 
 
 def compare(baseline: str | Path | Snapshot, run_dir: str | Path, tolerance_pct: float = DEFAULT_TOLERANCE_PCT,
-            abs_tolerance_bytes: int = DEFAULT_ABS_TOLERANCE, allow_missing: bool = False) -> GateResult:
+            abs_tolerance_bytes: int = DEFAULT_ABS_TOLERANCE, allow_missing: bool = False,
+            skip_invalid: bool = False) -> GateResult:
     """Compare a run folder with a baseline. Raises GateError when they are not comparable.
 
     A figure regresses when current > baseline + max(baseline * tolerance_pct / 100,
@@ -164,11 +166,13 @@ def compare(baseline: str | Path | Snapshot, run_dir: str | Path, tolerance_pct:
     (``verdict.memory_verdict``). Never a pass on nothing, whatever ``allow_missing``: a
     baseline without an ok point, or no point with a gated figure on both sides, is a
     GateError; so is a run without an ok point, unless it already fails (points that were
-    ok in the baseline and failed now are regressions, each named).
+    ok in the baseline and failed now are regressions, each named). An invalid record on
+    either side is a GateError naming file and line, unless ``skip_invalid``: then it is
+    left out and ``GateResult.skipped`` lists it (every summary says how many).
     """
     tolerance = Tolerance(tolerance_pct, abs_tolerance_bytes)  # refuses nan, inf and negatives
-    base = baseline if isinstance(baseline, Snapshot) else read_baseline(baseline)
-    run = read_run(run_dir)
+    base = baseline if isinstance(baseline, Snapshot) else read_baseline(baseline, skip_invalid)
+    run = read_run(run_dir, skip_invalid)
     check_comparable(base, run)
     require_ok_point(base, "baseline")
     missing = [point_label(p) for k, p in base.points.items() if k not in run.points]
@@ -185,4 +189,4 @@ def compare(baseline: str | Path | Snapshot, run_dir: str | Path, tolerance_pct:
                         f"{len(common)} point(s) and no gated memory figure; the gate never passes on "
                         f"zero points compared")
     return GateResult(base.source, run.source, str(base.scenario.get("name")), run.device, run.device_name,
-                      tolerance.pct, tolerance.abs_bytes, len(gated), rows, missing, new)
+                      tolerance.pct, tolerance.abs_bytes, len(gated), rows, missing, new, base.skipped + run.skipped)

@@ -48,10 +48,15 @@ def headline(result: GateResult) -> str:
     return f"PASS: {n} point(s) compared, all within tolerance"
 
 
+def skipped_text(result: GateResult) -> str:
+    """'; 2 invalid record(s) skipped (--skip-invalid)', or '' when none was."""
+    return f"; {len(result.skipped)} invalid record(s) skipped (--skip-invalid)" if result.skipped else ""
+
+
 def summary_line(result: GateResult) -> str:
     """The headline, scenario, device and the tolerance, in one line."""
     return printable(f"{headline(result)} (scenario {result.scenario!r}, {result.device} {result.device_name}; "
-                     f"tolerance {result.tolerance.describe()})")
+                     f"tolerance {result.tolerance.describe()}{skipped_text(result)})")
 
 
 def detail(c) -> str:
@@ -86,6 +91,9 @@ def _notes(result: GateResult) -> list:
                      + ", ".join(result.missing))
     if result.new:
         lines.append(f"allowed by --allow-missing: {len(result.new)} new point(s) not gated: " + ", ".join(result.new))
+    if result.skipped:
+        lines.append(f"skipped by --skip-invalid: {len(result.skipped)} invalid record(s), not gated:")
+        lines += [f"  {printable(s)}" for s in result.skipped]
     return lines
 
 
@@ -108,7 +116,7 @@ def result_to_json(result: GateResult) -> dict:
             "tolerance_pct": result.tolerance_pct, "abs_tolerance_bytes": result.abs_tolerance_bytes,
             "points_compared": result.points_compared,
             "regressions": len(result.regressions), "improvements": len(result.improvements),
-            "missing_points": result.missing, "new_points": result.new,
+            "missing_points": result.missing, "new_points": result.new, "skipped_invalid": result.skipped,
             "comparisons": [asdict(c) for c in result.comparisons]}
 
 

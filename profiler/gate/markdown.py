@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from attnprof.profiler.gate.compare import GateResult
-from attnprof.profiler.gate.format import HEADER, cells, detail, headline, update_hint
+from attnprof.profiler.gate.format import HEADER, cells, detail, headline, skipped_text, update_hint
 from attnprof.profiler.gate.snapshot import printable
 
 _TICKS = re.compile(r"`+")
@@ -44,7 +44,8 @@ def _table(comparisons) -> list:
 
 def _summary(result: GateResult) -> str:
     return (f"{headline(result)}; scenario {code(result.scenario)}, device {code(result.device)} "
-            f"{code(result.device_name or '?')}; tolerance {result.tolerance.describe()}.")
+            f"{code(result.device_name or '?')}; tolerance {result.tolerance.describe()}"
+            f"{skipped_text(result).replace('--skip-invalid', '`--skip-invalid`')}.")
 
 
 def format_markdown(result: GateResult) -> str:
@@ -59,6 +60,9 @@ def format_markdown(result: GateResult) -> str:
     for what, labels in (("baseline points not in this run", result.missing), ("new points, not gated", result.new)):
         if labels:
             lines += [f"Allowed by `--allow-missing`, {len(labels)} {what}: " + ", ".join(map(code, labels)), ""]
+    if result.skipped:
+        lines += [f"Skipped by `--skip-invalid`, {len(result.skipped)} invalid record(s), not gated: "
+                  + ", ".join(map(code, result.skipped)), ""]
     lines += [f"<details><summary>All {len(result.comparisons)} comparisons</summary>", ""]
     lines += _table(result.comparisons) + ["", "</details>", ""]
     return "\n".join(lines)

@@ -11,7 +11,7 @@ from pathlib import Path
 from attnprof.profiler.gate.checks import record_problem
 from attnprof.profiler.gate.errors import GateError
 from attnprof.profiler.records import IDENTITY_FIELDS, key_of_record, step_time_ms
-from attnprof.profiler.runner.storage import MANIFEST_FILE, RESULTS_FILE, read_manifest, read_records
+from attnprof.profiler.runner.storage import MANIFEST_FILE, RESULTS_FILE, read_manifest, read_numbered
 
 # What the gate reads of a result record: identity, outcome and the figures it compares.
 RECORD_FIELDS = IDENTITY_FIELDS + ("status", "reason", "measured_peak_bytes", "measured_by",
@@ -28,6 +28,7 @@ class Snapshot:
     device: str  # "cpu" | "cuda"
     device_name: str  # the device model, e.g. "NVIDIA H200"
     points: dict = field(default_factory=dict)  # key_of_record(point) -> point dict
+    skipped: list = field(default_factory=list)  # "FILE line N: why" of each invalid record left out (--skip-invalid)
 
     @property
     def ok_points(self) -> int:
@@ -96,22 +97,41 @@ def _read_or_refuse(path: Path, name: str, read):
         raise GateError(f"run {path}: {name} is unreadable: {type(exc).__name__}: {exc}") from None
 
 
-def read_run(run_dir: str | Path) -> Snapshot:
-    """A run folder as the gate sees it; the last record of a point wins (as in load_run)."""
+SKIP_HINT = "the gate never passes on a record it cannot read: fix or remove it, or pass --skip-invalid"
+
+
+def invalid(skipped: list, what: str) -> GateError:
+    """Not comparable: the first invalid record named, the rest counted."""
+    more = f" (and {len(skipped) - 1} more invalid record(s))" if len(skipped) > 1 else ""
+    return GateError(printable(f"{what} holds an invalid record: {skipped[0]}{more}; {SKIP_HINT}"))
+
+
+def read_run(run_dir: str | Path, skip_invalid: bool = False) -> Snapshot:
+    """A run folder as the gate sees it; the last record of a point wins (as in load_run).
+    A line that is not a valid record is a GateError naming file and line, unless
+    ``skip_invalid``: then it is left out and listed in ``Snapshot.skipped``."""
     path = Path(run_dir)
     if not path.is_dir():
         raise GateError(f"run folder not found: {path}")
     if not (path / RESULTS_FILE).is_file():
         raise GateError(f"no results in {path}: {RESULTS_FILE} is missing (did the sweep run?)")
-    records = _read_or_refuse(path, RESULTS_FILE, read_records)
+    numbered, problems = _read_or_refuse(path, RESULTS_FILE, read_numbered)
+    if problems and problems[0].line == 0:
+        raise GateError(f"run {path}: {problems[0]}")
     manifest = _read_or_refuse(path, MANIFEST_FILE, read_manifest)
-    if not records:
-        raise GateError(f"no results in {path}: {RESULTS_FILE} holds no complete record")
-    for i, record in enumerate(records, 1):
+    skipped = [f"{path / RESULTS_FILE} line {p.line}: {p.reason}" for p in problems]
+    records = []
+    for line, record in numbered:
         problem = record_problem(record, RECORD_FIELDS)
         if problem:
-            label = point_label(record) if isinstance(record, dict) else f"#{i}"
-            raise GateError(f"run {path}: {RESULTS_FILE} record {i} ({label}) {problem}")
+            skipped.append(f"{path / RESULTS_FILE} line {line} ({point_label(record)}): {problem}")
+        else:
+            records.append(record)
+    if skipped and not skip_invalid:
+        raise invalid(skipped, f"run {path}")
+    if not records:
+        raise GateError(f"no results in {path}: {RESULTS_FILE} holds no complete record"
+                        + (f" ({len(skipped)} invalid record(s) skipped)" if skipped else ""))
     scenario = manifest.get("scenario") if isinstance(manifest, dict) else None
     if not isinstance(scenario, dict) or not scenario.get("name"):
         raise GateError(f"run {path}: {MANIFEST_FILE} is missing or names no scenario (was it written by attnprof sweep?)")
@@ -120,7 +140,7 @@ def read_run(run_dir: str | Path) -> Snapshot:
         if env.get(name) is not None and not isinstance(env.get(name), str):
             raise GateError(f"run {path}: {MANIFEST_FILE} is malformed: environment.{name} must be a string")
     snap = Snapshot(str(run_dir), scenario, env.get("device") or records[0].get("device") or "",
-                    env.get("device_name") or records[0].get("device_name") or "")
+                    env.get("device_name") or records[0].get("device_name") or "", skipped=skipped)
     for record in records:
         point = point_of_record(record)
         check_point(point, f"run {path}")

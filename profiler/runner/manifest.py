@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
 import platform
 import socket
 import subprocess
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 from attnprof import __version__
+from attnprof.profiler import safeio
 from attnprof.profiler.runner.errors import SweepError
 from attnprof.profiler.runner.storage import MANIFEST_FILE, read_manifest, read_manifest_checked
 from attnprof.scenarios.scenario import Scenario
@@ -57,8 +57,9 @@ def environment(device: str) -> dict:
 
 
 def write_manifest(out_dir: Path, scenario: Scenario, settings, cluster: Optional[dict] = None) -> dict:
-    """Write manifest.json atomically (a temporary file, then rename); on a write error
-    the temporary file is removed and the old manifest stays as it was.
+    """Write manifest.json atomically (``manifest.json.tmp``, then rename; never through a
+    planted link: ``safeio.write_atomic``); on a write error the temporary file is removed
+    and the old manifest stays as it was.
 
     ``cluster`` (the executor's ``describe()``): where the points run, the executor, its
     slots, and each node with its devices; ``environment`` stays this process's own."""
@@ -81,29 +82,32 @@ def write_manifest(out_dir: Path, scenario: Scenario, settings, cluster: Optiona
         manifest["resumed_at"].append(datetime.now(timezone.utc).isoformat(timespec="seconds"))
     settings.device_name = manifest["environment"].get("device_name", "")
     manifest["settings"]["device_name"] = settings.device_name
-    tmp = Path(out_dir) / (MANIFEST_FILE + ".tmp")
-    try:
-        tmp.write_text(json.dumps(manifest, indent=1, default=str), encoding="utf-8")
-        os.replace(tmp, Path(out_dir) / MANIFEST_FILE)
-    except OSError:
-        tmp.unlink(missing_ok=True)
-        raise
+    safeio.write_atomic(Path(out_dir) / MANIFEST_FILE, json.dumps(manifest, indent=1, default=str).encode("utf-8"))
     return manifest
 
 
-def check_resumable(out_dir: Path, scenario: Scenario, device: str, records: list[dict] = (),
-                    warn: Callable[[str], None] = lambda line: None) -> None:
-    """Refuse to resume a folder measured on another device or with another scenario.
+def check_manifest_readable(out_dir: Path) -> dict:
+    """The manifest of a folder to resume ({} when there is none); SweepError in one line,
+    with the way out, when it is there but corrupt."""
+    manifest, problem = read_manifest_checked(out_dir)
+    if problem:
+        raise SweepError(f"cannot resume {out_dir}: {problem}; move it aside (resume then goes by the records "
+                         f"alone) or choose another --out")
+    return manifest
+
+
+def check_resumable(out_dir: Path, scenario: Scenario, device: str, records: list[dict] = ()) -> None:
+    """Refuse to resume a folder measured on another device or with another scenario, or
+    one whose manifest is corrupt (the manifest says what was run; resuming past a corrupt
+    one would overwrite it and lose what it said).
 
     Only compares data: nothing named in the manifest or the records (a variant label
     such as ``package.module:Class``) is parsed or imported here. What runs is decided
-    by the scenario given now. An unusable manifest is reported through ``warn`` and
-    the check falls back to the records' own ``device`` fields.
+    by the scenario given now. Without a manifest the records' own ``device`` fields
+    are compared.
     """
 
-    manifest, problem = read_manifest_checked(out_dir)
-    if problem:
-        warn(f"warning: {problem}; resuming from the records alone")
+    manifest = check_manifest_readable(out_dir)
     before = manifest.get("settings", {}).get("device")
     if not isinstance(before, str):
         before = next((r["device"] for r in records if r.get("device") != device), None)

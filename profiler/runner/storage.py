@@ -8,7 +8,10 @@ never leaves half a record behind:
 - one writer: a sweep holds ``flock`` on ``.sweep.lock`` for its whole run;
 - each record is one ``os.write`` of the full line; a failed write (disk full) is
   truncated back, so the file stays valid up to its last complete record;
-- a torn last line (a kill mid-write, an old disk error) is cut off before appending.
+- before ``--resume`` appends, invalid lines (a torn last one, an edited one) are moved
+  to ``results.quarantine.jsonl``, never deleted (``quarantine``);
+- nothing is written through a planted link: the lock and the results file are opened
+  with O_NOFOLLOW and must be regular files with one name (``profiler.safeio``).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from attnprof.profiler import safeio
 from attnprof.profiler.records import PointRecord, key_of_record
 from attnprof.profiler.runner.errors import StorageError
 from attnprof.profiler.runner.schema import parse_line
@@ -28,6 +32,10 @@ from attnprof.profiler.runner.schema import parse_line
 RESULTS_FILE = "results.jsonl"
 MANIFEST_FILE = "manifest.json"
 LOCK_FILE = ".sweep.lock"
+QUARANTINE_FILE = "results.quarantine.jsonl"  # invalid lines moved aside on resume (quarantine.py)
+# Every file a sweep writes into its run folder, and the temporary file of the manifest
+WRITTEN_FILES = (RESULTS_FILE, MANIFEST_FILE, MANIFEST_FILE + ".tmp", LOCK_FILE, QUARANTINE_FILE,
+                 RESULTS_FILE + ".tmp")
 MAX_MANIFEST_BYTES = 16 << 20
 _MANIFEST_SECTIONS = ("scenario", "settings", "environment")
 
@@ -56,9 +64,10 @@ def acquire_lock(run_dir: Path) -> int:
     """Take the folder's writer lock without waiting; the fd holds it until ``release_lock``.
 
     ``flock`` is released by the kernel when the holder dies, SIGKILL included, so a
-    crashed sweep never leaves the folder locked.
+    crashed sweep never leaves the folder locked. A lock file that is a link is refused
+    (``safeio.LinkRefused``): the pid written into it would land in the link's target.
     """
-    fd = os.open(Path(run_dir) / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fd = safeio.open_lock(Path(run_dir) / LOCK_FILE)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -76,6 +85,14 @@ def acquire_lock(run_dir: Path) -> int:
     return fd
 
 
+def refuse_planted_links(run_dir: Path) -> None:
+    """LinkRefused (one line, exit 2) when a file a sweep writes is a symbolic link (or, for
+    the files appended to or locked, a hard link or not a regular file): checked before
+    the banner, so a folder from outside is refused before anything runs."""
+    for name in WRITTEN_FILES:
+        safeio.refuse_link(Path(run_dir) / name, opened=name in (RESULTS_FILE, LOCK_FILE, QUARANTINE_FILE))
+
+
 def release_lock(fd: int) -> None:
     os.close(fd)  # closing the last fd releases the flock
 
@@ -85,13 +102,13 @@ def append_record(run_dir: Path, record) -> None:
 
     The whole line goes in one ``os.write`` (O_APPEND): a kill lands before or after it.
     If the write or the fsync fails, the file is truncated back to its size before,
-    and StorageError says so in one line.
+    and StorageError says so in one line. A results file that is a link is refused.
     """
     path = Path(run_dir) / RESULTS_FILE
     row = record.to_row() if isinstance(record, PointRecord) else dict(record)
     line = (json.dumps(row) + "\n").encode("utf-8")
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = safeio.open_append(path)
     except OSError as exc:
         raise _write_error(path, exc) from None
     try:
@@ -119,45 +136,6 @@ def _write_error(path: Path, exc: OSError) -> StorageError:
                         f"free space and complete the run with --resume")
 
 
-def repair_tail(run_dir: Path) -> Optional[str]:
-    """Cut results.jsonl back to the end of its last valid record, before appending.
-
-    Only trailing lines are dropped (a torn write is always the last line); invalid
-    lines in the middle stay, and readers report them. Returns a one-line note of what
-    was dropped, or None when the file was fine.
-    """
-    path = Path(run_dir) / RESULTS_FILE
-    if not path.exists():
-        return None
-    data = path.read_bytes()
-    keep, dropped = 0, 0
-    for start, end in _line_spans(data):
-        raw = data[start:end]
-        if not raw.strip():
-            continue
-        if parse_line(raw)[0] is None:
-            dropped += 1
-        else:
-            keep, dropped = min(end + 1, len(data)), 0
-    tail = data[keep:]
-    if not tail.strip() and (not data or data.endswith(b"\n")):
-        return None  # valid, perhaps with harmless blank lines at the end
-    try:
-        with open(path, "r+b") as fh:
-            fh.truncate(keep)
-            if keep and not data[:keep].endswith(b"\n"):  # a complete record that only lacked its newline
-                fh.seek(keep)
-                fh.write(b"\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-    except OSError as exc:
-        raise _write_error(path, exc) from None
-    if not tail:
-        return f"repaired {path}: added the newline its last record lacked"
-    return (f"repaired {path}: removed {len(tail)} bytes after its last complete record "
-            f"({dropped} torn or invalid line(s))")
-
-
 def _line_spans(data: bytes):
     """(start, end) of each line, end excluding its newline."""
     start = 0
@@ -183,6 +161,12 @@ def read_records_checked(run_dir: Path) -> tuple[list[dict], list[Problem]]:
     Never raises for what the file holds: binary data, non-objects, wrong types,
     missing fields, absurd nesting all become a Problem naming the line.
     """
+    numbered, problems = read_numbered(run_dir)
+    return [record for _, record in numbered], problems
+
+
+def read_numbered(run_dir: Path) -> tuple[list[tuple[int, dict]], list[Problem]]:
+    """``read_records_checked`` with each record's line number: (line, record) pairs."""
     path = Path(run_dir) / RESULTS_FILE
     try:
         data = path.read_bytes()
@@ -199,7 +183,7 @@ def read_records_checked(run_dir: Path) -> tuple[list[dict], list[Problem]]:
         if record is None:
             problems.append(Problem(line_no, reason))
         else:
-            records.append(record)
+            records.append((line_no, record))
     return records, problems
 
 
@@ -229,20 +213,21 @@ def read_manifest_checked(run_dir: Path) -> tuple[dict, Optional[str]]:
     """
     path = Path(run_dir) / MANIFEST_FILE
     try:
-        if path.stat().st_size > MAX_MANIFEST_BYTES:
-            return {}, f"{path} is too large to be a manifest"
-        text = path.read_bytes().decode("utf-8")
-        data = json.loads(text)
-    except FileNotFoundError:
-        return {}, None
+        raw = safeio.read_bounded(path, MAX_MANIFEST_BYTES)  # a FIFO or a link: refused, never read
+        if raw is None:
+            return {}, None
+        data = json.loads(raw.decode("utf-8"))
+    except safeio.LinkRefused:
+        return {}, f"{path} is a link or not a regular file"
     except OSError as exc:
         return {}, f"cannot read {path}: {exc.strerror or exc}"
     except UnicodeDecodeError:
         return {}, f"{path} is not UTF-8 text"
     except RecursionError:
         return {}, f"{path} is nested too deeply"
-    except ValueError as exc:
-        return {}, f"{path} is not valid JSON ({getattr(exc, 'msg', exc)})"
+    except ValueError as exc:  # JSONDecodeError, or larger than the bound
+        return {}, f"{path} is not valid JSON ({getattr(exc, 'msg', exc)})" if hasattr(exc, "msg") else \
+            f"{path} is too large to be a manifest"
     if not isinstance(data, dict):
         return {}, f"{path} is not a JSON object"
     bad = [k for k in _MANIFEST_SECTIONS if k in data and not isinstance(data[k], dict)]

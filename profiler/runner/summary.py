@@ -13,6 +13,9 @@ from attnprof.profiler.records import key_of_record, step_time_ms
 from attnprof.profiler.units import fmt_bytes
 
 TITLE = "peak tensor memory and fwd+bwd time per point (status where not ok)"
+# A share of the wall time below this (s) gives no ratio: a crashed point or an interrupted
+# sweep spends ~0 s inside points, and wall / 0 printed as x39303932010.00.
+MIN_RATIO_PART_S = 0.05
 
 
 def cell(record: dict) -> str:
@@ -113,3 +116,19 @@ def summary_table(frame) -> str:
         return "(no points)"
     records = frame.to_dict("records") if hasattr(frame, "to_dict") else list(frame)
     return summary_text(records)
+
+
+def ratio(wall_s: float, part_s: float) -> str:
+    """' (x3.20)': how much longer the wall time was than ``part_s``; '' when ``part_s`` is
+    (near) zero, where the ratio would say nothing but noise over nothing."""
+    if not part_s or part_s < MIN_RATIO_PART_S or wall_s <= 0:
+        return ""
+    return f" (x{wall_s / part_s:.2f})"
+
+
+def outcome_line(wall_s: float, new: int, kept: int, compute_s: float, timed_s: float, capacity_s: float = 0.0) -> str:
+    """The sweep's last line: wall time, points, and the time inside points and timed passes."""
+    return (f"wall {wall_s:.1f} s for {new} new points, {kept} kept from before; "
+            f"{compute_s:.1f} s inside the points' processes{ratio(wall_s, compute_s)}, "
+            f"{timed_s:.1f} s of timed forward/backward passes{ratio(wall_s, timed_s)}"
+            + (f"; capacity predictions {capacity_s:.1f} s" if capacity_s else ""))

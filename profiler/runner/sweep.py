@@ -6,8 +6,9 @@ status and the sweep moves on. Each record is appended and on disk as soon as it
 exists; Ctrl-C or SIGTERM stop the sweep within a second, even mid-point, keeping
 every finished point, and ``--resume`` completes the rest. One sweep writes a run
 folder at a time (a lock), and a folder from outside is checked, never trusted:
-invalid lines are reported and skipped, a torn last line is cut off, and nothing
-named in it is ever imported; only the scenario given now decides what runs.
+invalid lines (a torn last one included) are moved to results.quarantine.jsonl and
+reported, never deleted; nothing is written through a planted link; and nothing named
+in it is ever imported: only the scenario given now decides what runs.
 
 Where the points run is the executor's business (``executors``: this machine, one
 point at a time or one per GPU; or a Ray cluster); what runs, in which order, and every
@@ -31,17 +32,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+from attnprof.profiler import safeio
 from attnprof.profiler.measure.accounting import predict
 from attnprof.profiler.runner.executors import EXECUTORS, Executor, make_executor
 from attnprof.profiler.runner.interrupts import Interrupted, Interrupts
 from attnprof.profiler.runner.isolation import PointRunner
-from attnprof.profiler.runner.manifest import check_resumable, write_manifest
+from attnprof.profiler.runner.manifest import check_manifest_readable, check_resumable, write_manifest
 from attnprof.profiler.runner.plan import series, shape_problem
 from attnprof.profiler.records import Point, PointRecord, key_of_record
 from attnprof.profiler.runner.estimate import PREDICTED_TIMEOUT_MARGIN, add_time_fields
 from attnprof.profiler.runner.progress import Progress
+from attnprof.profiler.runner.quarantine import quarantine_invalid
 from attnprof.profiler.runner.storage import (RESULTS_FILE, RunFolderBusy, acquire_lock, append_record,
-                                              read_records_checked, release_lock, repair_tail, results_size)
+                                              read_records_checked, refuse_planted_links, release_lock,
+                                              results_size)
 from attnprof.profiler.units import fmt_bytes
 from attnprof.scenarios.scenario import Scenario
 from attnprof.profiler.runner.errors import StorageError, SweepError
@@ -331,6 +335,7 @@ def _locked(out_dir: Path):
     """The run folder, created if need be and locked against a second writer while the sweep runs."""
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
+        refuse_planted_links(out_dir)  # LinkRefused, exit 2: no OSError, so it passes the handler below
         fd = acquire_lock(out_dir)
     except RunFolderBusy as exc:
         raise SweepError(f"{out_dir} is being written by another sweep (pid {exc.holder}); "
@@ -350,7 +355,8 @@ def _prepare(out_dir: Path, scenario: Scenario, settings: SweepSettings, resume:
         raise SweepError(f"{out_dir} already holds results; pass --resume to complete it, or choose another --out")
     existing: list[dict] = []
     if resume:
-        note = repair_tail(out_dir)
+        check_manifest_readable(out_dir)  # refused before anything in the folder changes
+        note = quarantine_invalid(out_dir)  # refuses a file without a valid record; deletes nothing
         if note:
             print_stderr(note)
         existing, problems = read_records_checked(out_dir)
@@ -361,7 +367,7 @@ def _prepare(out_dir: Path, scenario: Scenario, settings: SweepSettings, resume:
                          f"{out_dir / RESULTS_FILE}; ignored")
     executor.open()  # resolves the device on a cluster (auto: its GPUs, if it has any)
     if resume:
-        check_resumable(out_dir, scenario, settings.device, existing, warn=print_stderr)
+        check_resumable(out_dir, scenario, settings.device, existing)
     try:
         write_manifest(out_dir, scenario, settings, cluster=executor.describe())
     except OSError as exc:
@@ -448,8 +454,8 @@ def run_by_gpu_type(scenario: Scenario, out_dir: Path, settings: SweepSettings, 
                              f"{', '.join(f'{t} x{c}' for t, c in sorted(present.items())) or 'none'}")
         folders = [out_dir / _folder_name(t) for t in wanted]
         out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / GPU_TYPES_FILE).write_text(json.dumps(
-            {"gpu_types": {t: f.name for t, f in zip(wanted, folders)}, "gpus": present}, indent=1), encoding="utf-8")
+        safeio.write_atomic(out_dir / GPU_TYPES_FILE, json.dumps(
+            {"gpu_types": {t: f.name for t, f in zip(wanted, folders)}, "gpus": present}, indent=1).encode("utf-8"))
         for gpu_type, folder in zip(wanted, folders):
             part = run_sweep(scenario, folder, replace(settings, device="cuda", gpu_type=gpu_type, device_name=""),
                              resume=resume, show_progress=show_progress,

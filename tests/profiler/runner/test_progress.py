@@ -123,3 +123,22 @@ def test_on_a_narrow_terminal_a_cells_time_goes_under_its_memory(monkeypatch):
     text = out.getvalue()
     assert "3.00 MiB" in text and "32ms" in text
     assert not any("3.00 MiB 32ms" in line for line in text.splitlines())
+
+
+
+def test_the_outcome_line_prints_no_ratio_over_zero_time(capsys):
+    """A crashed point or an interrupted sweep spends ~0 s inside points: no 'x39303932010.00'."""
+    from types import SimpleNamespace
+
+    from attnprof.cli import _print_outcome
+
+    def printed(compute_s, timed_s):
+        summary = SimpleNamespace(wall_s=39.3, records=[], kept=0, compute_s=compute_s, timed_s=timed_s)
+        _print_outcome(SimpleNamespace(summary=summary, records=lambda: [], capacity_s=0.0))
+        return capsys.readouterr().out.splitlines()[-1]
+
+    for compute_s, timed_s in ((0.0, 0.0), (1e-9, 0.0), (0.0, 1e-9)):
+        text = printed(compute_s, timed_s)
+        assert " (x" not in text and "0.0 s inside the points' processes," in text, text
+    text = printed(13.1, 0.0)
+    assert "13.1 s inside the points' processes (x3.00)" in text and "passes (x" not in text, text

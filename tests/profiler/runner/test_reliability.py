@@ -4,6 +4,7 @@ folders it must not trust."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -214,7 +215,7 @@ def copy_run(finished_run: Path, tmp_path: Path) -> Path:
     return out
 
 
-def test_a_torn_last_line_is_cut_off_on_resume(finished_run, tmp_path):
+def test_a_torn_last_line_is_moved_aside_on_resume(finished_run, tmp_path):
     out = copy_run(finished_run, tmp_path)
     path = out / RESULTS_FILE
     lines = path.read_bytes().splitlines(keepends=True)
@@ -222,7 +223,10 @@ def test_a_torn_last_line_is_cut_off_on_resume(finished_run, tmp_path):
     path.write_bytes(b"".join(lines[:3]) + lines[3][: len(lines[3]) // 2])  # killed mid-write of the 4th
     done = run(sweep_cmd(out, 512, "--resume"))
     assert done.returncode == 0, done.stderr
-    assert "repaired" in done.stderr and "Traceback" not in done.stderr
+    assert "torn last line" in done.stderr and "Traceback" not in done.stderr
+    [aside] = [json.loads(e) for e in (out / "results.quarantine.jsonl").read_text().splitlines()]
+    assert aside["line"] == 4 and not aside["newline"]
+    assert base64.b64decode(aside["raw_base64"]) == lines[3][: len(lines[3]) // 2]
     records = valid_file(path)
     assert len(records) == 4 and distinct_lengths(out) == [64, 128, 256, 512]
 
@@ -284,7 +288,7 @@ from attnprof.scenarios.variants.full import FullAttention as Evil
 '''
 
 
-def test_resume_reports_invalid_lines_imports_nothing_and_completes(finished_run, tmp_path):
+def test_resume_quarantines_invalid_lines_imports_nothing_and_completes(finished_run, tmp_path):
     out = copy_run(finished_run, tmp_path)
     path = out / RESULTS_FILE
     good = path.read_text().splitlines()
@@ -297,22 +301,26 @@ def test_resume_reports_invalid_lines_imports_nothing_and_completes(finished_run
            json.dumps({**json.loads(good[0]), "seq_len": None}).encode(), b"[" * 200_000 + b"]" * 200_000]
     lines = [good[0].encode(), *bad, json.dumps(evil_record).encode(), good[1].encode(), good[2].encode()]
     path.write_bytes(b"\n".join(lines) + b"\n")  # the n=512 record is gone: resume must measure it
-    (out / "manifest.json").write_text('{"settings": [1, 2], "scenario": ')  # torn manifest
-    env_path = os.pathsep.join([str(tmp_path / "plugins"), os.environ.get("PYTHONPATH", "")])
-    done = subprocess.run(sweep_cmd(out, 512, "--resume"), capture_output=True, text=True, timeout=180,
-                          env={**os.environ, "PYTHONPATH": env_path, "ATTNPROF_TEST_HOOK": ""})
+    manifest = (out / "manifest.json").read_text()
+    (out / "manifest.json").write_text('{"settings": [1, 2], "scenario": ')  # torn manifest: refused
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "plugins"), os.environ.get("PYTHONPATH", "")]),
+           "ATTNPROF_TEST_HOOK": ""}
+    done = subprocess.run(sweep_cmd(out, 512, "--resume"), capture_output=True, text=True, timeout=180, env=env)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "manifest.json" in done.stderr, done.stderr
+    assert path.read_bytes() == b"\n".join(lines) + b"\n"  # refused before anything changed
+    (out / "manifest.json").write_text(manifest)
+    done = subprocess.run(sweep_cmd(out, 512, "--resume"), capture_output=True, text=True, timeout=180, env=env)
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
     warnings = [line for line in done.stderr.splitlines() if line.startswith("warning:")]
-    for line_no in (2, 3, 4, 5, 6):
-        assert any(f"line {line_no}:" in w for w in warnings), (line_no, warnings)
-    assert any("1 more invalid line(s)" in w for w in warnings), warnings
-    assert any("manifest.json is not valid JSON" in w for w in warnings), warnings
+    assert len(warnings) == 1 and "moved 6 invalid line(s)" in warnings[0] and "line 2, 3, 4, 5, 6, 7" in warnings[0]
     assert not marker.exists(), "a variant label read from results.jsonl was imported"
     records, problems = read_records_checked(out)
-    assert [p.line for p in problems] == [2, 3, 4, 5, 6, 7]
-    assert "JSON nested too deeply" in problems[-1].reason and "variant expected a string" in problems[2].reason
-    assert sorted(r["seq_len"] for r in records if r["variant"] == "sdpa") == [64, 128, 256, 512]
+    assert problems == [] and sorted(r["seq_len"] for r in records if r["variant"] == "sdpa") == [64, 128, 256, 512]
+    aside = [json.loads(e) for e in (out / "results.quarantine.jsonl").read_text().splitlines()]
+    assert [e["line"] for e in aside] == [2, 3, 4, 5, 6, 7]
+    assert [base64.b64decode(e["raw_base64"]) for e in aside] == bad  # byte for byte
+    assert "JSON nested too deeply" in aside[-1]["reason"] and "variant expected a string" in aside[2]["reason"]
     assert json.loads((out / "manifest.json").read_text())["scenario"]["variants"] == ["sdpa"]
 
 

@@ -17,7 +17,7 @@ from attnprof.profiler.runner.schema import MAX_LINE_BYTES
 from attnprof.profiler.runner.errors import StorageError
 from attnprof.profiler.runner.storage import (MANIFEST_FILE, RESULTS_FILE, RunFolderBusy, acquire_lock,
                                               append_record, load_run, read_manifest, read_manifest_checked,
-                                              read_records, read_records_checked, release_lock, repair_tail)
+                                              read_records, read_records_checked, release_lock)
 from attnprof.profiler.runner.sweep import SweepError, SweepSettings
 
 
@@ -114,25 +114,6 @@ def test_a_failed_append_truncates_back_and_is_a_one_line_exit_1_error(tmp_path,
     assert isinstance(info.value, UserError) and info.value.exit_code == 1
     assert "No space left on device" in str(info.value) and "\n" not in str(info.value)
     assert (tmp_path / RESULTS_FILE).read_bytes() == before
-
-
-@pytest.mark.parametrize("tail, dropped", [(b"", None), (b'{"variant": "sd', "removed"), (b"\x00\x00\x00", "removed"),
-                                           (b"[1]\n", "removed"), (b"\n\n", None)])
-def test_repair_cuts_only_a_torn_or_invalid_tail(tmp_path, tail, dropped):
-    good = line(record(64)) + b"\n" + b"garbage in the middle\n" + line(record(128)) + b"\n"
-    path = tmp_path / RESULTS_FILE
-    path.write_bytes(good + tail)
-    note = repair_tail(tmp_path)
-    assert (note is None) if dropped is None else (dropped in note and "\n" not in note)
-    assert path.read_bytes() == good + (tail if dropped is None else b"")
-    assert repair_tail(tmp_path) is None
-
-
-def test_repair_adds_a_missing_final_newline(tmp_path):
-    path = tmp_path / RESULTS_FILE
-    path.write_bytes(line(record(64)))
-    assert "newline" in repair_tail(tmp_path)
-    assert path.read_bytes() == line(record(64)) + b"\n"
 
 
 def test_one_writer_at_a_time(tmp_path):

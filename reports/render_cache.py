@@ -1,0 +1,141 @@
+"""The report's render caches in a run folder, read as data and written safely.
+
+``report-predictions.json`` (point key -> predicted peak bytes) and
+``report-gpu-predictions.json`` (GPU fingerprint -> point key -> the GPU model's gpu_*
+fields) let a later render start where this one stopped. They sit in a run folder, so
+they may come from anyone: each entry is validated like a result record (a peak is a
+finite byte count > 0: -1, 0 or NaN would end in a math domain error; a wrong type, in
+a TypeError); the file is read without following a link, without blocking on a FIFO and
+up to a bound, and nesting too deep is a reason, not a RecursionError. Whatever is
+invalid is ignored, reported in one line (``problem``) and the file rewritten without
+it. Writes go through ``safeio.write_atomic``: a planted link is refused, never followed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Optional
+
+from attnprof.profiler import safeio
+
+CACHE_FILE = "report-predictions.json"
+GPU_CACHE_FILE = "report-gpu-predictions.json"  # GPU model figures: {GPU fingerprint: {point key: gpu_* fields}}
+CHARTS = ("memory", "time", "savings", "time-accuracy", "capacity")  # report-<name>.png beside the page
+# Every file a default render writes into the run folder (checked for planted links before
+# any work: by the render, and by a sweep that will render at its end)
+RENDER_FILES = ("report.html", *(f"report-{name}.png" for name in CHARTS), CACHE_FILE, GPU_CACHE_FILE)
+MAX_CACHE_BYTES = 64 << 20  # a cache is KiB; beyond this it is not one
+MAX_BYTES = float(1 << 62)  # a peak beyond this is corrupt data
+
+
+def _load(run_dir: Path | None, name: str) -> tuple[object, Optional[str]]:
+    """The decoded JSON of a cache file ({} when absent), and why it is unusable (or None)."""
+    if not run_dir:
+        return {}, None
+    try:
+        raw = safeio.read_bounded(Path(run_dir) / name, MAX_CACHE_BYTES)
+        return (json.loads(raw.decode("utf-8")) if raw is not None else {}), None
+    except RecursionError:
+        return {}, "nested too deeply"
+    except UnicodeDecodeError:
+        return {}, "not UTF-8 text"
+    except safeio.LinkRefused:
+        raise
+    except ValueError as exc:  # JSONDecodeError, or too large
+        return {}, f"not valid JSON ({exc.msg})" if hasattr(exc, "msg") else str(exc)
+    except OSError as exc:
+        return {}, f"unreadable ({exc.strerror or exc})"
+
+
+def peak_problem(value) -> Optional[str]:
+    """Why a cached peak is no byte count, or None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"{type(value).__name__} where a byte count belongs"
+    if not (math.isfinite(value) and 0 < value <= MAX_BYTES):
+        return f"{value!r} is not a byte count > 0"
+    return None
+
+
+def _counted(bad: list, total: int) -> Optional[str]:
+    if not bad:
+        return None
+    key, why = bad[0]
+    return f"{len(bad)} of {total} entries invalid (first: {str(key)[:60]!r}: {why})"
+
+
+def read_cache(run_dir: Path | None) -> tuple[dict, Optional[str]]:
+    """Earlier renders' predictions (point key -> bytes), and a one-line problem or None."""
+    data, problem = _load(run_dir, CACHE_FILE)
+    if problem:
+        return {}, problem
+    if not isinstance(data, dict):
+        return {}, "not a JSON object"
+    good, bad = {}, []
+    for key, value in data.items():
+        why = peak_problem(value)
+        if why:
+            bad.append((key, why))
+        else:
+            good[key] = value
+    return good, _counted(bad, len(data))
+
+
+def clean_fields(fields) -> Optional[dict]:
+    """A record's gpu_* fields as data: known names, plain finite values, a total > 0 and a
+    boolean fit; None for anything else (a hostile or stale cache file)."""
+    from attnprof.profiler.gpu.model import GPU_FIELDS
+
+    if not isinstance(fields, dict):
+        return None
+    out = {k: fields.get(k) for k in GPU_FIELDS}
+    if peak_problem(out["gpu_total_bytes"]) or not isinstance(out["gpu_fits"], bool):
+        return None
+    for v in out.values():
+        if v is not None and not isinstance(v, (str, int, float, bool)):
+            return None
+        if isinstance(v, float) and not math.isfinite(v):
+            return None
+    return out
+
+
+def read_gpu_cache(run_dir: Path | None) -> tuple[dict, Optional[str]]:
+    """Earlier model figures, GPU fingerprint -> point key -> gpu_* fields, and a one-line
+    problem or None."""
+    data, problem = _load(run_dir, GPU_CACHE_FILE)
+    if problem:
+        return {}, problem
+    if not isinstance(data, dict):
+        return {}, "not a JSON object"
+    out: dict = {}
+    bad, total = [], 0
+    for fp, points in data.items():
+        if not isinstance(points, dict):
+            bad.append((fp, f"{type(points).__name__} where an object of points belongs"))
+            total += 1
+            continue
+        for key, fields in points.items():
+            total += 1
+            clean = clean_fields(fields)
+            if clean is None:
+                bad.append((key, "not the GPU model's fields"))
+            else:
+                out.setdefault(fp, {})[key] = clean
+    return out, _counted(bad, total)
+
+
+def write(run_dir: Path | None, name: str, cache: dict, force: bool = False) -> None:
+    """Write a render cache into the run folder; nothing to write (unless ``force``: a bad
+    file to replace), or no folder, writes nothing. A read-only folder is no error (the
+    report still renders, only slower next time); a planted link is (LinkRefused)."""
+    if not run_dir or not (cache or force):
+        return
+    try:
+        safeio.write_atomic(Path(run_dir) / name, json.dumps(cache, indent=0).encode("utf-8"))
+    except OSError:
+        pass
+
+
+def warning(run_dir: Path, name: str, problem: str) -> str:
+    return f"warning: {Path(run_dir) / name}: {problem}; ignored, and the file rewritten without it"

@@ -1,0 +1,130 @@
+"""Writing into a folder that is data: no write ever lands outside it through a planted
+link (symbolic or hard), a FIFO never blocks, and an unwritable place is one line before
+any work."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from attnprof.errors import UserError
+from attnprof.profiler import safeio
+from attnprof.profiler.records import PointRecord
+from attnprof.profiler.runner import storage
+from attnprof.profiler.runner.manifest import write_manifest
+from attnprof.profiler.runner.sweep import SweepSettings
+from attnprof.scenarios.scenario import Scenario
+
+PRECIOUS = b"export PATH=/usr/bin\n"
+
+
+@pytest.fixture
+def outside(tmp_path):
+    """A file outside the folder, and the folder; each test plants links in the folder."""
+    target = tmp_path / "outside" / ".bashrc"
+    target.parent.mkdir()
+    target.write_bytes(PRECIOUS)
+    folder = tmp_path / "run"
+    folder.mkdir()
+    return target, folder
+
+
+def record() -> PointRecord:
+    return PointRecord(variant="sdpa", mode="plain", scope="model", seq_len=64, batch=1, d_model=32, heads=2,
+                       head_dim=16, layers=1, dtype="float32")
+
+
+WRITERS = {
+    "write_atomic": lambda folder, name: safeio.write_atomic(folder / name, b"new"),
+    "open_append": lambda folder, name: os.close(safeio.open_append(folder / name)),
+    "open_lock": lambda folder, name: os.close(safeio.open_lock(folder / name)),
+    "append_record": lambda folder, name: storage.append_record(folder, record()),
+    "acquire_lock": lambda folder, name: storage.release_lock(storage.acquire_lock(folder)),
+    "write_manifest": lambda folder, name: write_manifest(folder, Scenario(name="t"), SweepSettings(device="cpu")),
+}
+NAMES = {"append_record": storage.RESULTS_FILE, "acquire_lock": storage.LOCK_FILE,
+         "write_manifest": storage.MANIFEST_FILE}
+
+
+@pytest.mark.parametrize("writer", WRITERS)
+@pytest.mark.parametrize("kind", ["symlink", "dangling symlink", "hard link"])
+def test_no_writer_writes_through_a_planted_link(outside, writer, kind):
+    target, folder = outside
+    name = NAMES.get(writer, "report.html")
+    if kind == "symlink":
+        (folder / name).symlink_to(target)
+    elif kind == "dangling symlink":
+        target = target.with_name("created-by-attnprof")
+        (folder / name).symlink_to(target)
+    else:
+        os.link(target, folder / name)
+    if kind == "hard link" and writer in ("write_atomic", "write_manifest"):
+        WRITERS[writer](folder, name)  # replaced by a new file: the other name keeps its bytes
+        assert not (folder / name).samefile(target)
+    else:
+        with pytest.raises(safeio.LinkRefused) as info:
+            WRITERS[writer](folder, name)
+        message = str(info.value)
+        assert isinstance(info.value, UserError) and not isinstance(info.value, OSError)
+        assert "\n" not in message and str(folder / name) in message
+    if kind == "dangling symlink":
+        assert not target.exists(), "a write followed the link and created its target"
+    else:
+        assert target.read_bytes() == PRECIOUS
+
+
+def test_a_planted_temporary_file_link_is_refused(outside):
+    target, folder = outside
+    (folder / "manifest.json.tmp").symlink_to(target)
+    with pytest.raises(safeio.LinkRefused, match="manifest.json.tmp is a symbolic link"):
+        write_manifest(folder, Scenario(name="t"), SweepSettings(device="cpu"))
+    assert target.read_bytes() == PRECIOUS and not (folder / "manifest.json").exists()
+
+
+def test_write_atomic_replaces_a_stale_temporary_file_and_leaves_none(tmp_path):
+    (tmp_path / "report.html.tmp").write_bytes(b"left by a killed render")
+    safeio.write_atomic(tmp_path / "report.html", b"<html>")
+    assert (tmp_path / "report.html").read_bytes() == b"<html>"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html"]
+
+
+def test_a_fifo_is_refused_not_waited_on(tmp_path):
+    os.mkfifo(tmp_path / "results.jsonl")
+    os.mkfifo(tmp_path / "report-predictions.json")
+    with pytest.raises(safeio.LinkRefused, match="not a regular file"):
+        os.close(safeio.open_append(tmp_path / "results.jsonl"))
+    with pytest.raises(safeio.LinkRefused, match="not a regular file"):
+        safeio.read_bounded(tmp_path / "report-predictions.json", 1 << 20)
+
+
+def test_read_bounded_reads_up_to_its_bound(tmp_path):
+    (tmp_path / "c.json").write_text(json.dumps({"a": 1}))
+    assert safeio.read_bounded(tmp_path / "c.json", 100) == b'{"a": 1}'
+    assert safeio.read_bounded(tmp_path / "absent.json", 100) is None
+    with pytest.raises(ValueError, match="larger than 4 bytes"):
+        safeio.read_bounded(tmp_path / "c.json", 4)
+
+
+# --- checked before any work ---------------------------------------------------------------
+def test_unwritable_places_are_one_line(tmp_path, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    cases = {
+        blocker / "run": "is a file, not a folder",
+        blocker: "is a file, not a folder",
+        tmp_path / ("x" * 300): "longer than 255 bytes",
+        tmp_path / "deep" / ("y" * 256) / "run": "longer than 255 bytes",
+    }
+    for path, fragment in cases.items():
+        with pytest.raises(safeio.UnwritablePath) as info:
+            safeio.check_folder_writable(path, "the run folder")
+        assert fragment in str(info.value) and "\n" not in str(info.value), path
+    with pytest.raises(safeio.UnwritablePath, match="longer than 255"):
+        safeio.check_file_writable(tmp_path / ("r" * 300 + ".html"), "the report")
+    safeio.check_folder_writable(tmp_path / "new" / "run", "the run folder")  # creatable: fine
+    assert not (tmp_path / "new").exists()  # and nothing was created to find out
+    monkeypatch.setattr(safeio.os, "access", lambda path, mode: False)  # as a read-only folder answers
+    with pytest.raises(safeio.UnwritablePath, match="is not writable"):
+        safeio.check_folder_writable(tmp_path / "new" / "run", "the run folder")
