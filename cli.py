@@ -10,6 +10,7 @@ nor pandas nor matplotlib (the commands that measure import them when they run).
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from enum import Enum
 from pathlib import Path
@@ -23,6 +24,15 @@ from attnprof.profiler.records import DTYPE_ALIASES, DTYPES, MODES, SCOPES
 from attnprof.profiler.runner.executors.base import EXECUTORS
 
 EXIT_USAGE, EXIT_INTERRUPTED = 2, 130  # and 1: the gate found a regression (its own code)
+_TERMINATED: list = []  # the signal that ended a command, when it was not Ctrl-C
+
+
+def _terminate(signum, frame) -> None:
+    """SIGTERM as Ctrl-C: KeyboardInterrupt in the main thread, so every command cleans up
+    (forked workers killed, temp files gone) and says "interrupted"; exit 128+15. A sweep
+    installs its own handlers while it runs (runner/interrupts.py)."""
+    _TERMINATED.append(int(signum))
+    raise KeyboardInterrupt
 
 
 def one_line(exc: BaseException) -> str:
@@ -43,7 +53,7 @@ class Commands(TyperGroup):
             raise typer.Exit(getattr(exc, "exit_code", EXIT_USAGE)) from None
         except KeyboardInterrupt:
             typer.echo("interrupted", err=True)
-            raise typer.Exit(EXIT_INTERRUPTED) from None
+            raise typer.Exit(128 + (_TERMINATED[-1] if _TERMINATED else signal.SIGINT)) from None
 
 
 EXAMPLES = """[bold]Examples[/]
@@ -442,6 +452,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     interpreter's teardown (QUICK_EXIT)."""
     console = argv is None
     args = list(sys.argv[1:] if argv is None else argv) or ["--help"]
+    if console:
+        signal.signal(signal.SIGTERM, _terminate)
     if console and args[0] in QUICK_EXIT:  # a short process: collect young objects less often (collector.py)
         from attnprof.profiler.collector import collect_less_often
 
@@ -454,9 +466,9 @@ def main(argv: Optional[List[str]] = None) -> None:
     except typer.TyperException as exc:  # a parsing error: unknown flag, bad value, missing argument
         typer.echo(f"error: {one_line(exc.format_message())}", err=True)
         sys.exit(EXIT_USAGE)
-    except typer.Abort:
+    except (typer.Abort, KeyboardInterrupt):
         typer.echo("interrupted", err=True)
-        sys.exit(EXIT_INTERRUPTED)
+        sys.exit(128 + (_TERMINATED[-1] if _TERMINATED else signal.SIGINT))
     _leave(code if isinstance(code, int) else 0, args, console)
 
 

@@ -22,9 +22,28 @@ def single_threaded() -> None:
     torch.set_num_threads(1)
 
 
+def worker_lifeline(parent: int) -> None:
+    """First thing in a forked worker: it dies with ``parent`` (SIGKILL included: the
+    kernel's parent-death signal, runner/lifeline.py), ignores Ctrl-C (the parent decides)
+    and takes SIGTERM's default back (the parent's handler raises KeyboardInterrupt, which
+    in a worker would only print a traceback)."""
+    import signal
+
+    from attnprof.profiler.runner.lifeline import die_with_parent
+
+    die_with_parent(parent)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _pool_worker(parent: int) -> None:
+    worker_lifeline(parent)
+    single_threaded()
+
+
 def fork_pool(workers: int):
-    """A multiprocessing Pool of forked, single-threaded workers."""
-    return mp.get_context("fork").Pool(workers, initializer=single_threaded)
+    """A multiprocessing Pool of forked, single-threaded workers that die with this process."""
+    return mp.get_context("fork").Pool(workers, initializer=_pool_worker, initargs=(os.getpid(),))
 
 
 # --- autograd's device threads and fork ------------------------------------------------------

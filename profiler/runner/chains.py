@@ -25,6 +25,7 @@ a worker that dies, or Ctrl-C stops every chain and is raised here; no worker ou
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import signal
 import sys
 import threading
@@ -124,9 +125,10 @@ def _run(step: Callable, chains: list, workers: int, rank: Callable, warm_key: C
     sys.stdout.flush()  # a forked child must not write what this process had buffered
     sys.stderr.flush()
     try:
+        me = os.getpid()
         for _ in range(workers - 1):
             ours, theirs = mp.get_context("fork").Pipe()
-            proc = mp.get_context("fork").Process(target=_serve, args=(theirs, step), daemon=True)
+            proc = mp.get_context("fork").Process(target=_serve, args=(theirs, step, me, ours), daemon=True)
             proc.start()
             theirs.close()
             procs.append((proc, ours))
@@ -190,11 +192,13 @@ def _feed(board: _Board, proc, conn) -> None:
         board.give(i, result)
 
 
-def _serve(conn, step: Callable) -> None:
-    """A worker: steps until it is sent None (or its parent is gone)."""
-    from attnprof.profiler.forks import single_threaded
+def _serve(conn, step: Callable, parent: int, parents_end=None) -> None:
+    """A worker: steps until it is sent None (or its parent is gone, however it went)."""
+    from attnprof.profiler.forks import worker_lifeline, single_threaded
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    worker_lifeline(parent)  # SIGKILL of the parent kills this worker; SIGINT is the parent's to handle
+    if parents_end is not None:
+        parents_end.close()  # else this worker holds both ends of its pipe and never sees EOF
     single_threaded()
     while True:
         try:

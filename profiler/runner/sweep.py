@@ -365,7 +365,9 @@ def _prepare(out_dir: Path, scenario: Scenario, settings: SweepSettings, resume:
         if len(problems) > MAX_PROBLEM_LINES:
             print_stderr(f"warning: {len(problems) - MAX_PROBLEM_LINES} more invalid line(s) in "
                          f"{out_dir / RESULTS_FILE}; ignored")
-    executor.open()  # resolves the device on a cluster (auto: its GPUs, if it has any)
+    done_keys = {key_of_record(r) for r in existing}
+    to_run = sum(1 for points in series(scenario) for p in points if p.key() not in done_keys)
+    executor.open(points=to_run)  # resolves the device on a cluster (auto: its GPUs, if it has any)
     if resume:
         check_resumable(out_dir, scenario, settings.device, existing)
     try:

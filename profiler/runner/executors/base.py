@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 from dataclasses import dataclass
 
 from attnprof.profiler.records import Point
@@ -33,7 +35,9 @@ class Executor:
     name = "?"
     slots = 1
 
-    def open(self) -> None:
+    def open(self, points: Optional[int] = None) -> None:
+        """Start what runs points (helpers, a cluster connection); ``points``: how many this
+        run has left, so that no more helpers start than there are points."""
         raise NotImplementedError
 
     def submit(self, point: Point, child_settings: dict) -> None:

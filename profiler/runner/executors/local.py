@@ -22,6 +22,13 @@ from attnprof.profiler.runner.interrupts import Interrupts
 from attnprof.profiler.runner.isolation import PointRunner, wait_for
 
 
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def visible_gpus() -> list[str]:
     """The GPUs this process may use, as CUDA_VISIBLE_DEVICES entries (indexes or UUIDs)."""
     listed = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -62,6 +69,11 @@ class LocalExecutor(Executor):
                 raise SweepError(f"--parallel {n}: only {len(gpus)} GPU(s) are visible, and a point needs one of its own")
             return [self._gpu_slot(i, gpus[i]) for i in range(n)]
         n = n or 1
+        cores = usable_cores()
+        if n > cores:
+            self.warn(f"warning: --parallel {n} lowered to {cores}: this machine has {cores} usable core(s), "
+                      f"and each point needs one")
+            n = cores
         if n > 1:
             self.warn(f"warning: --parallel {n} on a CPU: the points share its cores, caches and memory bandwidth, "
                       f"so their timings disturb each other (the tensor-tracker peaks stay exact)")
@@ -81,7 +93,12 @@ class LocalExecutor(Executor):
                                 "mem_limit_bytes": overrides.get("mem_limit_bytes", self.settings.mem_limit_bytes)}
 
     # --- the executor -------------------------------------------------------------------
-    def open(self) -> None:
+    def open(self, points: Optional[int] = None) -> None:
+        if points is not None and 0 < points < self.slots:  # a helper per point at most
+            if self.settings.parallel and self.settings.parallel > points:
+                self.warn(f"warning: --parallel {self.settings.parallel} lowered to {points}: "
+                          f"only {points} point(s) to run")
+            self.lanes, self.slots = self.lanes[:points], points
         self.runners = [PointRunner(self.interrupts, env) for env, _, _ in self.lanes]
         if self.slots > 1:  # every helper imports torch at once, rather than one after the other
             for runner in self.runners:

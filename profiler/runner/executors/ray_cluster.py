@@ -273,7 +273,7 @@ class RayExecutor(Executor):
         self.names: set = set()  # device names the tasks reported
         self._warned_version = False
 
-    def open(self) -> None:
+    def open(self, points: Optional[int] = None) -> None:
         s = self.settings
         if s.device.startswith("cuda:"):
             raise SweepError(f"--device {s.device} with --executor ray: Ray gives each point one GPU of its own; "
