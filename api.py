@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Union
 
@@ -148,10 +148,15 @@ class Predictions:
     sort: Optional[str] = None  # "time": rank the points by predicted step time (table())
     notes: list = field(default_factory=list)  # warnings for stderr (a failed calibration)
     memory_limit_bytes: Optional[int] = None  # what "fits" means for the CPU ranking
+    gpu_labels: dict = field(default_factory=dict)  # GPU key -> as printed (GpuSpec.label: an override says so)
 
     def table(self) -> str:
         from attnprof.profiler.runner.predict import format_table
 
+        if self.gpu_labels:  # the records keep the key (data); the table shows the label
+            return replace(self, records=[{**r, "gpu": self.gpu_labels.get(r.get("gpu"), r.get("gpu"))}
+                                          if "gpu" in r else r for r in self.records],
+                           gpus=[self.gpu_labels.get(k, k) for k in self.gpus], gpu_labels={}).table()
         if self.sort == "time":
             from attnprof.profiler.timemodel.format import format_ranking
 
@@ -237,6 +242,7 @@ def _predictions(scenario, *, budget, variants, modes, scope, batch, heads, head
                         layers=layers, dtype=dtype, seq_lens=seq_lens, min_len=min_len, max_len=max_len,
                         tokens_per_batch=tokens_per_batch, ff_chunks=ff_chunks, forward_only=forward_only)
     keys = [g.key for g in specs]
+    labels = {g.key: g.label for g in specs if g.label != g.key}
     start = 1 << max(0, (min_len or 256) - 1).bit_length()  # the first power of two >= min_len
     if budget_bytes is None:
         from functools import partial
@@ -258,12 +264,13 @@ def _predictions(scenario, *, budget, variants, modes, scope, batch, heads, head
 
             records = add_gpu_fields(records, [p for s in series(sc) for p in s], specs)
         limit = default_memory_limit("cpu") if sort and not specs else None
-        return Predictions(records, sc, gpus=keys, sort=sort, notes=notes, memory_limit_bytes=limit)
+        return Predictions(records, sc, gpus=keys, sort=sort, notes=notes, memory_limit_bytes=limit,
+                           gpu_labels=labels)
     if specs:
         from attnprof.profiler.gpu.model import gpu_longest_fitting
 
         return Predictions(gpu_longest_fitting(sc, specs, budget_bytes, start=start, limit=max_len), sc,
-                           budget_bytes, gpus=keys)
+                           budget_bytes, gpus=keys, gpu_labels=labels)
     return Predictions(longest_fitting(sc, budget_bytes, start=start, limit=max_len, resolution=resolution), sc,
                        budget_bytes)
 
