@@ -223,6 +223,7 @@ def predict(scenario: Union[PathLike, Scenario, None] = None, *, budget: Union[s
         if gpus:
             raise UsageProblem("--resolution is not available with --gpu; leave out one of them")
     with cache.disabled() if no_cache else contextlib.nullcontext():
+        cache.check_folder()  # its one warning before any worker starts
         return _predictions(scenario, budget=budget, variants=variants, modes=modes, scope=scope, batch=batch,
                         heads=heads, head_dim=head_dim, d_model=d_model, layers=layers, dtype=dtype,
                         seq_lens=seq_lens, min_len=min_len, max_len=max_len, tokens_per_batch=tokens_per_batch,
@@ -294,6 +295,7 @@ class CalibrationRun:
     calibration: Any  # attnprof.profiler.timemodel.calibrate.Calibration
     cached: bool  # read back from the cache, not measured now
     path: Path  # its cache file
+    notes: list = field(default_factory=list)  # warnings for stderr (an unusable cached entry, replaced)
 
     def to_dict(self) -> dict:
         return {**self.calibration.to_dict(), "cached": self.cached, "path": str(self.path)}
@@ -310,12 +312,17 @@ def calibrate(*, no_cache: bool = False, threads: Optional[int] = None) -> Calib
     torch's, as a sweep's timing pass), or read them from the cache (``no_cache``: measure
     again and overwrite it). A failed or implausible measurement is a CalibrationError
     (one line, exit 2), and nothing is cached."""
+    from attnprof.profiler.runner.predict import usable_cores
     from attnprof.profiler.timemodel.machine import calibration, path_of
 
     if threads is not None and threads < 1:
         raise UsageProblem(f"--threads must be a positive number, got {threads}")
-    cal, cached = calibration(threads, use_cache=not no_cache)
-    return CalibrationRun(cal, cached, path_of(cal.key()))
+    cores = usable_cores()
+    if threads is not None and threads > cores:  # more would oversubscribe, and 100000 crashed torch's pool
+        raise UsageProblem(f"--threads {threads} is more than the {cores} CPU(s) this process may use")
+    notes: list = []
+    cal, cached = calibration(threads, use_cache=not no_cache, warn=notes.append)
+    return CalibrationRun(cal, cached, path_of(cal.key()), notes)
 
 
 # --- sweep ------------------------------------------------------------------------------------
@@ -545,6 +552,7 @@ def report(run_dir: PathLike, *, output: Optional[PathLike] = None, baseline: Op
     if seconds < 0:
         raise UsageProblem(f"--seconds must not be negative, got {seconds}")
     with cache.disabled() if no_cache else contextlib.nullcontext():
+        cache.check_folder()
         return _render(Path(run_dir), output, baseline, seconds, specs)
 
 

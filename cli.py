@@ -275,6 +275,8 @@ def calibrate(as_json: JsonOpt = False,
     from attnprof import api
 
     run = api.calibrate(no_cache=no_cache, threads=threads)
+    for note in run.notes:
+        typer.echo(note, err=True)
     if as_json:
         import json
 
