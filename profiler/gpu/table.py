@@ -228,7 +228,9 @@ def _read_bounded(path: Path, where: str) -> bytes:
 
 
 def user_files(gpu_files: Iterable[Union[str, Path]] = ()) -> list[Path]:
-    """ATTNPROF_GPUS's files, then the ones given (later ones win)."""
+    """ATTNPROF_GPUS's files, then the ones given (later ones win); one path alone is one file."""
+    if isinstance(gpu_files, (str, os.PathLike)):
+        gpu_files = [gpu_files]
     env = os.environ.get(ENV_VAR, "")
     return [Path(p) for p in env.split(os.pathsep) if p.strip()] + [Path(p) for p in gpu_files]
 
@@ -254,8 +256,15 @@ def get_gpu(name: str, table: Optional[dict] = None) -> GpuSpec:
 
 def resolve_gpus(names: Iterable[str], gpu_files: Iterable[Union[str, Path]] = ()) -> list[GpuSpec]:
     """--gpu NAME (repeatable, or comma lists) -> specs, in order, without duplicates."""
+    names = [names] if isinstance(names, str) else list(names)
+    for name in names:  # '' or ',,' names no GPU: refused, never a run that silently models none
+        if not all(n.strip() for n in str(name).split(",")):
+            raise UnknownGpu(f"--gpu {printable(repr(name))} has an empty GPU name; give keys such as h100-sxm,l4 "
+                             f"(attnprof gpus lists them)")
+    if not names:
+        raise UnknownGpu("--gpu names no GPU; give keys such as h100-sxm,l4 (attnprof gpus lists them)")
     table = load_gpus(gpu_files)
-    keys = [n.strip() for name in names for n in str(name).split(",") if n.strip()]
+    keys = [n.strip() for name in names for n in str(name).split(",")]
     return [get_gpu(k, table) for k in dict.fromkeys(k.lower() for k in keys)]
 
 

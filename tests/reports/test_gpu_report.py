@@ -279,8 +279,8 @@ def test_sweep_and_report_with_gpus_from_the_command_line(tmp_path, gpu_file, di
     figures (none made by the report), and results.jsonl keeps one record per point with
     no GPU figures in it; `attnprof report --gpu` with ATTNPROF_GPUS renders the same."""
     out = tmp_path / "run"
-    result = attnprof("sweep", "--variant", "full,sdpa", "--mode", "plain", "--scope", "attention", "--seq-len", "256",
-                      "--d-model", "64", "--heads", "4", "--layers", "1", "--batch", "16", "--device", "cpu", "--repeats", "1",
+    result = attnprof("sweep", "--variant", "full,sdpa", "--scope", "attention", "--seq-len", "256",
+                      "--d-model", "64", "--heads", "4", "--batch", "16", "--device", "cpu", "--repeats", "1",
                       "--warmup", "0", "--gpu", "tiny", "--gpu", "small", "--gpu-file", str(gpu_file), "--out", str(out),
                       "--quiet")
     assert result.returncode == 0, result.stderr
