@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Union
 
-from attnprof.errors import UserError
+from attnprof.arguments import ArgumentError, UsageProblem, checked, refuse_ignored  # noqa: F401 - API
 from attnprof.profiler.records import canonical_dtype
 from attnprof.profiler.units import parse_bytes
 from attnprof.scenarios.scenario import Scenario, load_scenario
@@ -38,15 +38,12 @@ CAPACITY_SECONDS = 45.0
 REPORT_SECONDS = 7.0  # the report's own soft time target (charts, and predictions still missing)
 
 
-class UsageProblem(UserError):
-    """A combination of values that makes no sense; one line."""
-
-
 def _quiet(_: str) -> None:
     pass
 
 
 # --- the scenario -----------------------------------------------------------------------------
+@checked
 def build_scenario(scenario: Union[PathLike, Scenario, None] = None, *, base: Optional[Scenario] = None,
                    variants: Union[str, Sequence[str], None] = None, modes: Union[str, Sequence[str], None] = None,
                    scope: Optional[str] = None, batch: Optional[int] = None, heads: Optional[int] = None,
@@ -83,6 +80,11 @@ def build_scenario(scenario: Union[PathLike, Scenario, None] = None, *, base: Op
             raise UsageProblem(f"{name} must be positive, got {value}")
     if warmup is not None and warmup < 0:
         raise UsageProblem(f"--warmup must not be negative, got {warmup}")
+    if tokens_per_batch is not None and tokens_per_batch <= 0:
+        raise UsageProblem(f"--tokens-per-batch must be a positive number of tokens, got {tokens_per_batch}; "
+                           f"leave it out for a fixed --batch")
+    refuse_ignored(sc, seq_lens=seq_lens, min_len=min_len, max_len=max_len, batch=batch,
+                    tokens_per_batch=tokens_per_batch, scope=scope, modes=modes, layers=layers, ff_chunks=ff_chunks)
     lengths = tuple(seq_lens) if seq_lens else (() if (min_len or max_len) else None)
     overrides = dict(variants=_listed(variants), modes=_listed(modes), scope=scope, batch=batch, heads=heads,
                      d_model=d_model, layers=layers, dtype=dtype, seq_lens=lengths, min_len=min_len,
@@ -148,10 +150,15 @@ class Predictions:
     sort: Optional[str] = None  # "time": rank the points by predicted step time (table())
     notes: list = field(default_factory=list)  # warnings for stderr (a failed calibration)
     memory_limit_bytes: Optional[int] = None  # what "fits" means for the CPU ranking
+    gpu_labels: dict = field(default_factory=dict)  # GPU key -> as printed (GpuSpec.label: an override says so)
 
     def table(self) -> str:
         from attnprof.profiler.runner.predict import format_table
 
+        if self.gpu_labels:  # the records keep the key (data); the table shows the label
+            return replace(self, records=[{**r, "gpu": self.gpu_labels.get(r.get("gpu"), r.get("gpu"))}
+                                          if "gpu" in r else r for r in self.records],
+                           gpus=[self.gpu_labels.get(k, k) for k in self.gpus], gpu_labels={}).table()
         if self.sort == "time":
             from attnprof.profiler.timemodel.format import format_ranking
 
@@ -174,6 +181,7 @@ class Predictions:
         return format_table(list(points.values())) + "\n\n" + format_gpu_table(self.records)
 
 
+@checked
 def predict(scenario: Union[PathLike, Scenario, None] = None, *, budget: Union[str, int, None] = None,
             variants: Union[str, Sequence[str], None] = None, modes: Union[str, Sequence[str], None] = None,
             scope: Optional[str] = None, batch: Optional[int] = None, heads: Optional[int] = None,
@@ -210,6 +218,8 @@ def predict(scenario: Union[PathLike, Scenario, None] = None, *, budget: Union[s
         raise UsageProblem(f"--sort {sort!r}: the one order is 'time'")
     if sort and budget is not None:
         raise UsageProblem("--sort time ranks the points at the lengths given; leave out --budget")
+    if seq_lens and budget is not None:
+        raise UsageProblem("--budget searches the lengths from --min-len to --max-len; --seq-len would be ignored")
     if resolution is not None:
         if resolution <= 0:
             raise UsageProblem(f"--resolution must be a positive number of tokens, got {resolution}")
@@ -218,6 +228,7 @@ def predict(scenario: Union[PathLike, Scenario, None] = None, *, budget: Union[s
         if gpus:
             raise UsageProblem("--resolution is not available with --gpu; leave out one of them")
     with cache.disabled() if no_cache else contextlib.nullcontext():
+        cache.check_folder()  # its one warning before any worker starts
         return _predictions(scenario, budget=budget, variants=variants, modes=modes, scope=scope, batch=batch,
                         heads=heads, head_dim=head_dim, d_model=d_model, layers=layers, dtype=dtype,
                         seq_lens=seq_lens, min_len=min_len, max_len=max_len, tokens_per_batch=tokens_per_batch,
@@ -231,12 +242,13 @@ def _predictions(scenario, *, budget, variants, modes, scope, batch, heads, head
     from attnprof.profiler.runner.predict import longest_fitting
 
     budget_bytes = _bytes(budget, "--budget") if budget is not None else None
-    specs = gpu_table(gpus, gpu_files) if gpus else []  # unknown names fail before any work
+    specs = _named_gpus(gpus, gpu_files)  # unknown names fail before any work
     sc = build_scenario(scenario, base=Scenario(min_len=PREDICT_LEN, max_len=PREDICT_LEN), variants=variants,
                         modes=modes, scope=scope, batch=batch, heads=heads, head_dim=head_dim, d_model=d_model,
                         layers=layers, dtype=dtype, seq_lens=seq_lens, min_len=min_len, max_len=max_len,
                         tokens_per_batch=tokens_per_batch, ff_chunks=ff_chunks, forward_only=forward_only)
     keys = [g.key for g in specs]
+    labels = {g.key: g.label for g in specs if g.label != g.key}
     start = 1 << max(0, (min_len or 256) - 1).bit_length()  # the first power of two >= min_len
     if budget_bytes is None:
         from functools import partial
@@ -258,16 +270,26 @@ def _predictions(scenario, *, budget, variants, modes, scope, batch, heads, head
 
             records = add_gpu_fields(records, [p for s in series(sc) for p in s], specs)
         limit = default_memory_limit("cpu") if sort and not specs else None
-        return Predictions(records, sc, gpus=keys, sort=sort, notes=notes, memory_limit_bytes=limit)
+        return Predictions(records, sc, gpus=keys, sort=sort, notes=notes, memory_limit_bytes=limit,
+                           gpu_labels=labels)
     if specs:
         from attnprof.profiler.gpu.model import gpu_longest_fitting
 
         return Predictions(gpu_longest_fitting(sc, specs, budget_bytes, start=start, limit=max_len), sc,
-                           budget_bytes, gpus=keys)
+                           budget_bytes, gpus=keys, gpu_labels=labels)
     return Predictions(longest_fitting(sc, budget_bytes, start=start, limit=max_len, resolution=resolution), sc,
                        budget_bytes)
 
 
+def _named_gpus(gpus, gpu_files) -> list:
+    """The GpuSpecs of ``gpus`` (none given: []); a name list that names nothing (``--gpu ''``,
+    ``--gpu ',,'``) is refused in one line, never a prediction that silently models no GPU."""
+    if gpus is None or (not isinstance(gpus, str) and len(gpus) == 0):
+        return []
+    return gpu_table(gpus, gpu_files)
+
+
+@checked
 def gpu_table(gpus: Union[str, Sequence[str], None] = None, gpu_files: Sequence[PathLike] = ()) -> list:
     """GPU specs (``attnprof.profiler.gpu.table.GpuSpec``): the named ones, in order, or every
     known GPU. Known = the built-in table, ATTNPROF_GPUS's files, then ``gpu_files``. An
@@ -287,6 +309,7 @@ class CalibrationRun:
     calibration: Any  # attnprof.profiler.timemodel.calibrate.Calibration
     cached: bool  # read back from the cache, not measured now
     path: Path  # its cache file
+    notes: list = field(default_factory=list)  # warnings for stderr (an unusable cached entry, replaced)
 
     def to_dict(self) -> dict:
         return {**self.calibration.to_dict(), "cached": self.cached, "path": str(self.path)}
@@ -297,18 +320,24 @@ class CalibrationRun:
         return format_calibration(self.calibration, self.cached, self.path)
 
 
+@checked
 def calibrate(*, no_cache: bool = False, threads: Optional[int] = None) -> CalibrationRun:
     """Measure this machine's GEMM rate per dtype, fused-attention rate, memory bandwidth and
     per-op overhead (a few seconds, at most ~15) with ``threads`` torch threads (default
     torch's, as a sweep's timing pass), or read them from the cache (``no_cache``: measure
     again and overwrite it). A failed or implausible measurement is a CalibrationError
     (one line, exit 2), and nothing is cached."""
+    from attnprof.profiler.runner.predict import usable_cores
     from attnprof.profiler.timemodel.machine import calibration, path_of
 
     if threads is not None and threads < 1:
         raise UsageProblem(f"--threads must be a positive number, got {threads}")
-    cal, cached = calibration(threads, use_cache=not no_cache)
-    return CalibrationRun(cal, cached, path_of(cal.key()))
+    cores = usable_cores()
+    if threads is not None and threads > cores:  # more would oversubscribe, and 100000 crashed torch's pool
+        raise UsageProblem(f"--threads {threads} is more than the {cores} CPU(s) this process may use")
+    notes: list = []
+    cal, cached = calibration(threads, use_cache=not no_cache, warn=notes.append)
+    return CalibrationRun(cal, cached, path_of(cal.key()), notes)
 
 
 # --- sweep ------------------------------------------------------------------------------------
@@ -354,6 +383,7 @@ class SweepRun:
         return list(self.parts) or [self.out]
 
 
+@checked
 def sweep(scenario: Union[PathLike, Scenario, None] = DEFAULT_SCENARIO, *,
           variants: Union[str, Sequence[str], None] = None, modes: Union[str, Sequence[str], None] = None,
           scope: Optional[str] = None, batch: Optional[int] = None, heads: Optional[int] = None,
@@ -367,7 +397,7 @@ def sweep(scenario: Union[PathLike, Scenario, None] = DEFAULT_SCENARIO, *,
           on_start: Optional[Callable[[SweepRun], None]] = None, log: Log = _quiet,
           gpus: Union[str, Sequence[str], None] = None, gpu_files: Sequence[PathLike] = (),
           executor: str = "local", parallel: Optional[int] = None, ray_address: Optional[str] = None,
-          ray_cpus_per_point: float = 1.0, gpu_types: Union[str, Sequence[str], None] = None) -> SweepRun:
+          ray_cpus_per_point: Optional[float] = None, gpu_types: Union[str, Sequence[str], None] = None) -> SweepRun:
     """Measure every variant x mode x length, each point in its own process, into ``out``
     (default ``runs/sweep-TIMESTAMP``): ``results.jsonl``, ``manifest.json`` and, with
     ``report``, ``report.html`` after the capacity predictions it needs.
@@ -391,9 +421,10 @@ def sweep(scenario: Union[PathLike, Scenario, None] = DEFAULT_SCENARIO, *,
     """
     from datetime import datetime
 
+    from attnprof.profiler.measure import cache
     from attnprof.profiler.runner.sweep import SweepSettings, resolve_device, run_sweep
 
-    specs = gpu_table(gpus, gpu_files) if gpus else []  # unknown names fail before any work
+    specs = _named_gpus(gpus, gpu_files)  # unknown names fail before any work
     sc = build_scenario(DEFAULT_SCENARIO if scenario is None else scenario, variants=variants, modes=modes,
                         scope=scope, batch=batch, heads=heads, head_dim=head_dim, d_model=d_model, layers=layers,
                         dtype=dtype, seq_lens=seq_lens, min_len=min_len, max_len=max_len,
@@ -402,11 +433,14 @@ def sweep(scenario: Union[PathLike, Scenario, None] = DEFAULT_SCENARIO, *,
                         point_timeout_s=point_timeout_s)
     if capacity_seconds < 0:
         raise UsageProblem(f"capacity_seconds must not be negative, got {capacity_seconds}")
+    if ray_cpus_per_point is not None and executor != "ray":
+        raise UsageProblem("--ray-cpus-per-point is for --executor ray; this machine's sweep would ignore it")
     limit = _bytes(mem_limit, "--mem-limit") if mem_limit is not None else None
     if executor == "ray":  # the cluster's devices, not this machine's, decide the device and its memory
         from attnprof.profiler.runner.executors.ray_cluster import require_ray
 
         require_ray()  # one line naming the extra, before any folder exists
+        _check_ray_address(ray_address)
         resolved, default_limit = device, None
     else:
         resolved = resolve_device(device)
@@ -415,9 +449,11 @@ def sweep(scenario: Union[PathLike, Scenario, None] = DEFAULT_SCENARIO, *,
                    sc, resolved, limit if limit is not None else default_limit)
     settings = SweepSettings(device=resolved, mem_limit_bytes=run.mem_limit_bytes, warmup=sc.warmup,
                              repeats=sc.repeats, point_timeout_s=sc.point_timeout_s, executor=executor,
-                             parallel=parallel, ray_address=ray_address, ray_cpus_per_point=ray_cpus_per_point,
+                             parallel=parallel, ray_address=ray_address,
+                             ray_cpus_per_point=1.0 if ray_cpus_per_point is None else ray_cpus_per_point,
                              mem_limit_from_device=limit is None)
     _check_run_folder(run, resume, report)
+    cache.check_folder()  # its one warning before the banner and any point's process
     if on_start:
         on_start(run)
     if gpu_types:
@@ -436,6 +472,19 @@ def sweep(scenario: Union[PathLike, Scenario, None] = DEFAULT_SCENARIO, *,
     return run
 
 
+def _check_ray_address(ray_address: Optional[str]) -> None:
+    """The cluster's address (given, or RAY_ADDRESS): its syntax, and that something answers
+    there, before the banner and before a run folder exists (so a typo leaves nothing)."""
+    import os
+
+    from attnprof.profiler.runner.executors.ray_address import probe
+
+    address = ray_address if ray_address is not None else os.environ.get("RAY_ADDRESS") or None
+    if address is not None:
+        probe(address)
+
+
+@checked
 def default_memory_limit(device: str) -> int:
     """What a sweep may plan for: 80% of available RAM, or the GPU's total memory."""
     from attnprof.profiler.measure.gpu import default_memory_limit_bytes
@@ -475,6 +524,7 @@ def _check_run_folder(run: SweepRun, resume: bool, report: bool = True) -> None:
             check_resumable(run.out, run.scenario, run.device)
 
 
+@checked
 def capacity_for_report(sc: Scenario, out: Path, seconds: float = CAPACITY_SECONDS,
                         log: Log = _quiet, gpus: Sequence = ()) -> tuple[int, float]:
     """Predict, within about ``seconds``, the lengths that decide the report's "longest
@@ -554,6 +604,7 @@ def _capacity_in_order(task, parts: list, extra: tuple, deadline: float) -> dict
 
 
 # --- report -----------------------------------------------------------------------------------
+@checked
 def report(run_dir: PathLike, *, output: Optional[PathLike] = None, baseline: Optional[PathLike] = None,
            seconds: float = REPORT_SECONDS, gpus: Union[str, Sequence[str], None] = None,
            gpu_files: Sequence[PathLike] = (), no_cache: bool = False, log: Log = _quiet) -> Path:
@@ -567,10 +618,11 @@ def report(run_dir: PathLike, *, output: Optional[PathLike] = None, baseline: Op
     and for a render cache with invalid entries (ignored and rewritten)."""
     from attnprof.profiler.measure import cache
 
-    specs = gpu_table(gpus, gpu_files) if gpus else []  # unknown names fail before any work
+    specs = _named_gpus(gpus, gpu_files)  # unknown names fail before any work
     if seconds < 0:
         raise UsageProblem(f"--seconds must not be negative, got {seconds}")
     with cache.disabled() if no_cache else contextlib.nullcontext():
+        cache.check_folder()
         return _render(Path(run_dir), output, baseline, seconds, specs, log)
 
 
@@ -597,6 +649,7 @@ class GateRun:
         return self.exit_code == 0
 
 
+@checked
 def gate(run_dir: Optional[PathLike] = None, *, baseline: PathLike, tolerance: Union[str, float] = "2%",
          abs_tolerance: Union[str, int] = "64KiB", allow_missing: bool = False,
          markdown: Optional[PathLike] = None, json_out: Optional[PathLike] = None, update: bool = False,

@@ -260,6 +260,8 @@ def predict(variant: VariantOpt = None, mode: ModeOpt = None, scope: ScopeOpt = 
     """Predict peak memory, FLOPs and step time without allocating (fake tensors, any machine; 65536 tokens by default)."""
     from attnprof import api
 
+    if sort is not None and as_json:
+        raise api.UsageProblem("--sort time orders the table; --json prints every record unranked: give one of them")
     result = api.predict(scenario, budget=budget, gpus=gpu, gpu_files=gpu_file or (), resolution=resolution,
                          no_cache=no_cache, sort=sort.value if sort is not None else None, **_shared(locals()))
     for note in result.notes:  # warnings always; hints ("note: ...") only beside the table
@@ -285,6 +287,8 @@ def calibrate(as_json: JsonOpt = False,
     from attnprof import api
 
     run = api.calibrate(no_cache=no_cache, threads=threads)
+    for note in run.notes:
+        typer.echo(note, err=True)
     if as_json:
         import json
 
@@ -336,9 +340,9 @@ def sweep(variant: VariantOpt = None, mode: ModeOpt = None, scope: ScopeOpt = No
               "--ray-address", metavar="ADDRESS", rich_help_panel=SCALE, show_default=False,
               help="the Ray head node, HOST:PORT (default: RAY_ADDRESS, a cluster running here, else a new "
                    "local one)")] = None,
-          ray_cpus_per_point: Annotated[float, typer.Option(
-              "--ray-cpus-per-point", metavar="N", rich_help_panel=SCALE,
-              help="CPUs Ray reserves for each point (and its torch threads on a CPU sweep)")] = 1.0,
+          ray_cpus_per_point: Annotated[Optional[float], typer.Option(
+              "--ray-cpus-per-point", metavar="N", rich_help_panel=SCALE, show_default=False,
+              help="CPUs Ray reserves for each point (and its torch threads on a CPU sweep); default 1")] = None,
           gpu_types: Annotated[Optional[List[str]], typer.Option(
               "--gpu-types", metavar="TYPES", rich_help_panel=SCALE, show_default=False,
               help="ray: the sweep once per GPU type of the cluster, into OUT/TYPE/: all, or names such as "

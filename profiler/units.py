@@ -109,6 +109,23 @@ def fmt_pct(value, blank: str = MISSING) -> str:
     return blank if missing(value) else f"{value:+.1f}%"
 
 
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def printable(text) -> str:
+    """Text on one line with every control character spelled out (newline as \\n, ESC as
+    \\x1b, a bidi override as \\u202e): a variant label or a GPU name from a file cannot
+    break a table row, a log line or a terminal, nor reorder what a reader sees. The one
+    escaping of names for the terminal, the Markdown and (before HTML escaping) the report."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else
+                   _ESCAPES.get(ch) or (f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
+                   for ch in text)
+
+
 def mpl_text(text) -> str:
-    """A label matplotlib shows verbatim: '$' would start mathtext (and can fail to parse)."""
-    return str(text).replace("$", r"\$")
+    """A label matplotlib shows verbatim: '$' would start mathtext (and can fail to parse);
+    control characters are spelled out (``printable``)."""
+    return printable(text).replace("$", r"\$")

@@ -167,7 +167,7 @@ class Capacity:
     def label(self, column) -> str:
         """A column's heading: '24 GiB', or 'l4 (22.49 GiB)' for a named GPU."""
         if column in self.gpus:
-            return f"{column} ({fmt_bytes(self.gpus[column].memory_bytes)})"
+            return f"{self.gpus[column].label} ({fmt_bytes(self.gpus[column].memory_bytes)})"
         return f"{column:g} GiB"
 
 

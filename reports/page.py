@@ -8,6 +8,8 @@ import struct
 from dataclasses import dataclass
 from html import escape
 
+from attnprof.profiler.units import printable
+
 CSS = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #1d2330;
        margin: 0 auto; max-width: 1500px; padding: 0 24px 48px; }
@@ -38,6 +40,12 @@ tr.changed > *, tr.new > *, tr.gone > *, tr.slower > *, tr.faster > * { backgrou
 """
 
 
+def esc(text) -> str:
+    """Plain text into HTML: control characters spelled out (``printable``: an ESC or a
+    newline in a variant label or GPU name shows as \\x1b, \\n), then markup escaped."""
+    return escape(printable(text))
+
+
 # Defence in depth: even a string that escaped escaping could load or run nothing.
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 
@@ -54,29 +62,29 @@ def image(data: bytes, alt: str, caption: str) -> str:
     a data URI, with its pixel size so the page does not reflow."""
     width, height = struct.unpack(">II", data[16:24])  # the IHDR chunk of a PNG
     uri = "data:image/png;base64," + base64.b64encode(data).decode("ascii")
-    return (f'<figure><img src="{uri}" alt="{escape(alt)}" width="{width}" height="{height}">'
-            f"<figcaption>{escape(caption)}</figcaption></figure>")
+    return (f'<figure><img src="{uri}" alt="{esc(alt)}" width="{width}" height="{height}">'
+            f"<figcaption>{esc(caption)}</figcaption></figure>")
 
 
 def paragraph(text: str, cls: str = "") -> str:
-    return f'<p{f" class={chr(34)}{escape(cls)}{chr(34)}" if cls else ""}>{escape(text)}</p>'
+    return f'<p{f" class={chr(34)}{esc(cls)}{chr(34)}" if cls else ""}>{esc(text)}</p>'
 
 
 def document(title: str, meta: list[str], sections: list[Section]) -> str:
-    nav = " ".join(f'<a href="#{s.anchor}">{escape(s.title)}</a>' for s in sections)
-    body = "\n".join(f'<section id="{s.anchor}"><h2>{escape(s.title)}</h2>\n{s.body}</section>' for s in sections)
-    lines = "".join(f'<p class="meta">{escape(m)}</p>' for m in meta)
+    nav = " ".join(f'<a href="#{s.anchor}">{esc(s.title)}</a>' for s in sections)
+    body = "\n".join(f'<section id="{s.anchor}"><h2>{esc(s.title)}</h2>\n{s.body}</section>' for s in sections)
+    lines = "".join(f'<p class="meta">{esc(m)}</p>' for m in meta)
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta http-equiv="Content-Security-Policy" content="{CSP}">
-<title>{escape(title)}</title>
+<title>{esc(title)}</title>
 <style>{CSS}</style>
 </head>
 <body>
-<header><h1>{escape(title)}</h1>{lines}<nav>{nav}</nav></header>
+<header><h1>{esc(title)}</h1>{lines}<nav>{nav}</nav></header>
 {body}
 </body>
 </html>

@@ -6,11 +6,11 @@ from __future__ import annotations
 import time
 from collections import Counter
 from typing import Callable
-from html import escape
 from pathlib import Path
 
 from attnprof.profiler import safeio
 from attnprof.reports import charts, page, tables, time_accuracy
+from attnprof.reports.page import esc
 from attnprof.reports.capacity import BUDGETS_GIB, CACHE_FILE, GPU_CACHE_FILE, GPU_MODEL, Capacity, capacity
 from attnprof.reports.data import ReportError, Run, devices, load, multi_device, one_line, panels, skipped_note
 from attnprof.reports.diff import compare, diff_table
@@ -148,8 +148,8 @@ def _sections(run: Run, cap: Capacity, base: Run | None, images: dict) -> list[p
                 page.Section("scaling", "Scaling", tables.slope_table(slopes(frame)) + page.paragraph(SCALING_NOTE, "note"))]
     pivots = []
     for panel in panels(frame):
-        pivots += [f"<h3>{escape(panel)}: peak memory</h3>", _scroll(tables.pivot(frame, panel, "memory")),
-                   f"<h3>{escape(panel)}: forward + backward time</h3>", _scroll(tables.pivot(frame, panel, "time"))]
+        pivots += [f"<h3>{esc(panel)}: peak memory</h3>", _scroll(tables.pivot(frame, panel, "memory")),
+                   f"<h3>{esc(panel)}: forward + backward time</h3>", _scroll(tables.pivot(frame, panel, "time"))]
     pivots.append(page.paragraph("Italic: predicted, not measured. Failed points show their status.", "note"))
     sections.append(page.Section("tables", "Variant × length", "\n".join(pivots)))
     if base is not None:
@@ -195,13 +195,13 @@ def _gpu_fits(frame, cap: Capacity) -> str:
     if extrapolated:
         note += (f" {extrapolated} of {total} figures are extrapolated (~, italic) from the lengths modelled so far: "
                  f"render with more time (attnprof report RUN --gpu ... --seconds 60) to model every boundary.")
-    gpus = "; ".join(f"{k}: {g.name}, {fmt_bytes(g.memory_bytes)}, compute capability {g.cc_text}, CUDA context "
+    gpus = "; ".join(f"{g.label}: {g.name}, {fmt_bytes(g.memory_bytes)}, compute capability {g.cc_text}, CUDA context "
                      f"{fmt_bytes(g.context_bytes)}{' (estimated)' if g.context_estimated else ''}"
-                     for k, g in cap.gpus.items())
-    html = [f"<h3>{escape(f'Longest length that fits each GPU, {GPU_MODEL}')}</h3>",
+                     for g in cap.gpus.values())
+    html = [f"<h3>{esc(f'Longest length that fits each GPU, {GPU_MODEL}')}</h3>",
             tables.gpu_fits_summary(frame, cap), page.paragraph(note, "note"),
             page.paragraph(f"GPUs ({GPU_MODEL}): {gpus}.", "note"),
-            f"<h3>{escape(f'GPU memory model per variant, mode and GPU, {GPU_MODEL}')}</h3>",
+            f"<h3>{esc(f'GPU memory model per variant, mode and GPU, {GPU_MODEL}')}</h3>",
             _scroll(tables.gpu_model_table(frame, cap))]
     html += [page.paragraph(f"No model figures for {s} · {p}: {why}", "note") for (s, p), why in cap.problems.items()]
     return "\n".join(html)
@@ -282,7 +282,7 @@ def _time_model(frame, images: dict) -> list[page.Section]:
     html = [page.image(images[TIME_ACCURACY], "time model chart", TIME_ACCURACY_CAPTION),
             page.paragraph(time_accuracy.summary_line(time_accuracy.accuracy(found)))]
     if groups:
-        html += [f"<h3>{escape('Signed error per variant, furthest off first')}</h3>",
+        html += [f"<h3>{esc('Signed error per variant, furthest off first')}</h3>",
                  _scroll(tables.time_error_table(groups))]
     html.append(page.paragraph(TIME_MODEL_NOTE, "note"))
     return [page.Section("time-model", "Time model against measurement", "\n".join(html))]

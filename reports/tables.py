@@ -3,10 +3,9 @@ plain text and a CSS class, never markup."""
 
 from __future__ import annotations
 
-from html import escape
-
 import pandas as pd
 
+from attnprof.reports.page import esc
 from attnprof.reports.capacity import GPU_MODEL, MAX_EXP, MIN_EXP, Capacity, fit_text
 from attnprof.reports.data import multi_device, panels, series_order
 from attnprof.reports.scaling import Slope
@@ -16,8 +15,8 @@ from attnprof.profiler.units import fmt_bytes, fmt_len, fmt_ms, missing
 
 
 def cell(value, cls: str = "", tag: str = "td", title: str = "") -> str:
-    attrs = (f' class="{escape(cls)}"' if cls else "") + (f' title="{escape(title)}"' if title else "")
-    return f"<{tag}{attrs}>{escape('' if missing(value) else str(value))}</{tag}>"
+    attrs = (f' class="{esc(cls)}"' if cls else "") + (f' title="{esc(title)}"' if title else "")
+    return f"<{tag}{attrs}>{esc('' if missing(value) else value)}</{tag}>"
 
 
 def table(headers: list[str], rows: list[list], row_classes: list[str] | None = None, cls: str = "",
@@ -34,8 +33,8 @@ def table(headers: list[str], rows: list[list], row_classes: list[str] | None = 
             css = " ".join(filter(None, (css, "text" if j in text_cols else "")))
             cells.append(cell(value, css, tag="th" if j == 0 else "td"))
         rc = row_classes[i] if row_classes else ""
-        body.append(f'<tr{f" class={chr(34)}{escape(rc)}{chr(34)}" if rc else ""}>{"".join(cells)}</tr>')
-    return (f'<table class="{escape(cls)}"><thead><tr>{head}</tr></thead>'
+        body.append(f'<tr{f" class={chr(34)}{esc(rc)}{chr(34)}" if rc else ""}>{"".join(cells)}</tr>')
+    return (f'<table class="{esc(cls)}"><thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(body)}</tbody></table>')
 
 
@@ -147,7 +146,7 @@ def gpu_fits_summary(frame: pd.DataFrame, cap: Capacity) -> str:
     for key, spec in cap.gpus.items():
         fits = [(s, p, cap.fits[(s, p)][key]) for p in panels(frame) for s in series_order(frame)
                 if cap.fits.get((s, p), {}).get(key) is not None]
-        head = [key, spec.name, fmt_bytes(spec.memory_bytes)]
+        head = [spec.label, spec.name, fmt_bytes(spec.memory_bytes)]
         if not fits:
             rows.append(head + ["?", ""])
             continue

@@ -12,7 +12,7 @@ import shlex
 from dataclasses import asdict
 
 from attnprof.profiler.gate.compare import GateResult
-from attnprof.profiler.gate.snapshot import printable
+from attnprof.profiler.units import printable
 from attnprof.profiler.units import fmt_bytes, fmt_ms, fmt_pct
 
 RESULT_FORMAT = "attnprof-gate-result"

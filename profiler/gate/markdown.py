@@ -13,7 +13,7 @@ import re
 
 from attnprof.profiler.gate.compare import GateResult
 from attnprof.profiler.gate.format import HEADER, cells, detail, headline, skipped_text, update_hint
-from attnprof.profiler.gate.snapshot import printable
+from attnprof.profiler.units import printable
 
 _TICKS = re.compile(r"`+")
 

@@ -12,11 +12,11 @@ from attnprof.profiler.gate.checks import record_problem
 from attnprof.profiler.gate.errors import GateError
 from attnprof.profiler.records import IDENTITY_FIELDS, key_of_record, step_time_ms
 from attnprof.profiler.runner.storage import MANIFEST_FILE, RESULTS_FILE, read_manifest, read_numbered
+from attnprof.profiler.units import printable  # noqa: F401 - the gate's modules import it from here
 
 # What the gate reads of a result record: identity, outcome and the figures it compares.
 RECORD_FIELDS = IDENTITY_FIELDS + ("status", "reason", "measured_peak_bytes", "measured_by",
                                    "predicted_peak_bytes", "time_fwd_ms", "time_bwd_ms", "device", "device_name")
-_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
 @dataclass
@@ -33,18 +33,6 @@ class Snapshot:
     @property
     def ok_points(self) -> int:
         return sum(1 for p in self.points.values() if p.get("status") == "ok")
-
-
-def printable(text) -> str:
-    """Text on one line with every control character spelled out (newline as \\n, ESC as
-    \\x1b): a label cannot break a table row, a log line or a terminal."""
-    out = []
-    for ch in str(text):
-        if ch.isprintable():
-            out.append(ch)
-        else:
-            out.append(_ESCAPES.get(ch) or (f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}"))
-    return "".join(out)
 
 
 def point_label(point: dict) -> str:

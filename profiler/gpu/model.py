@@ -21,6 +21,7 @@ from attnprof.profiler.gpu.kernels import (ALIAS, ALLOC, CPU_FLASH_FWD, FREE, OP
                                            cublas_workspace_bytes, substitute)
 from attnprof.profiler.gpu.table import GpuSpec
 from attnprof.profiler.records import Point
+from attnprof.profiler.units import printable
 
 GPU_FIELDS = ("gpu", "gpu_sdpa_backend", "gpu_tensor_peak_bytes", "gpu_allocated_peak_bytes",
               "gpu_reserved_peak_bytes", "gpu_total_bytes", "gpu_fits", "gpu_note", "gpu_time_fwd_ms", "gpu_time_bwd_ms",
@@ -319,6 +320,7 @@ def _series_search(job) -> tuple[list[dict], dict]:
 
 # --- printing -------------------------------------------------------------------------------------
 def _table(head: list, rows: list) -> list[str]:
+    rows = [[printable(c) for c in r] for r in rows]  # labels and GPU names: control characters spelled out
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     return ["  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip() for r in [head, *rows]]
 
@@ -342,7 +344,7 @@ def format_gpu_table(records: list[dict]) -> str:
                      *_time_cells(r)])
     notes = dict.fromkeys(f"{r['gpu']}: {r['gpu_note']}" for r in records if r.get("gpu_note"))
     return "\n".join([MODEL_LABEL + "; total = CUDA context + reserved (what NVML would show); " + TIME_LABEL,
-                      *_table(head, rows), *(f"model note: {n}" for n in notes)])
+                      *_table(head, rows), *(printable(f"model note: {n}") for n in notes)])
 
 
 TIME_LABEL = "fwd/bwd/tokens/s: step-time MODEL (roofline per op, profiler/timemodel)"

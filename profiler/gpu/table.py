@@ -2,21 +2,30 @@
 
 A user adds GPUs with a TOML file of the same form, named by ``ATTNPROF_GPUS`` (several
 files: separated by ``os.pathsep``) or ``--gpu-file``; an entry whose key is already
-known replaces it. A wrong or missing field is a ``GpuTableError`` naming the file, the
-GPU and the field; an unknown ``--gpu NAME`` is an ``UnknownGpu`` listing the known
-names. Both are one-line ``UserError``s (exit 2). Imports neither torch nor pandas.
+known replaces it, and one that replaces a built-in GPU says so wherever its key is
+printed (``GpuSpec.label``). A wrong or missing field is a ``GpuTableError`` naming the
+file, the GPU and the field; an unknown ``--gpu NAME`` is an ``UnknownGpu`` listing the
+known names. Both are one-line ``UserError``s (exit 2). Imports neither torch nor pandas.
+
+A table file is data from anywhere (a colleague's, a download), so it is read as such: a
+regular file only (never a FIFO that blocks or a device that never ends), opened without
+blocking and read up to ``MAX_FILE_BYTES``; keys are case-folded and must be unique in a
+file; every figure must be plausible for a GPU (``BOUNDS``), so a typo cannot model a
+card with 1e30 bytes.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import stat
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable, Optional, Union
 
 from attnprof.errors import UserError
+from attnprof.profiler.units import printable
 
 BUILTIN_FILE = Path(__file__).with_name("gpus.toml")
 ENV_VAR = "ATTNPROF_GPUS"
@@ -26,6 +35,14 @@ TFLOPS_OPTIONAL = ("fp64",)
 # "CUDA context"). torch 2.x with CUDA >= 11.7 loads kernels lazily (CUDA_MODULE_LOADING=
 # LAZY), which keeps the context at roughly 300-600 MiB; 512 MiB is the middle of that.
 DEFAULT_CONTEXT_BYTES = 512 << 20
+MAX_FILE_BYTES = 1 << 20  # a table of a thousand GPUs is ~500 KiB; anything larger is not one
+# What a GPU can be (field -> (lowest, highest)). Memory: 1 GiB to 16 TiB. The rest: a
+# factor of 100 either side of the built-in table's smallest and largest figure
+# (gpus.toml today: bandwidth 0.3 TB/s (L4) to 4.8 TB/s (H200); TFLOP/s, any dtype,
+# 19.5 (A100 fp32) to 989.4 (H100/H200 bf16); SMs 58 (L4) to 142 (L40S), and at least 1).
+# tests/profiler/gpu/test_gpu_table.py derives them again from the table.
+BOUNDS = {"memory_bytes": (1 << 30, 16 << 40), "bandwidth_bytes_per_s": (0.3e12 / 100, 4.8e12 * 100),
+          "tflops": (19.5 / 100, 989.4 * 100), "sm_count": (1, 142 * 100)}
 
 
 class GpuTableError(UserError):
@@ -50,6 +67,14 @@ class GpuSpec:
     context_estimated: bool = True  # False when the table gave context_bytes
     origin: str = ""  # the file this entry came from
     extra: dict = field(default_factory=dict)
+    overrides_builtin: bool = False  # a user file's entry under a built-in key (it replaced that GPU)
+
+    @property
+    def label(self) -> str:
+        """The key as printed: a user's entry under a built-in key says where it came from,
+        so a 1 GiB "h100-sxm" from someone's file never passes for the datasheet's."""
+        key = printable(self.key)
+        return f"{key} (from {printable(self.origin)}, overrides built-in)" if self.overrides_builtin else key
 
     @property
     def cc_text(self) -> str:
@@ -66,7 +91,8 @@ class GpuSpec:
         return {"key": self.key, "name": self.name, "memory_bytes": self.memory_bytes,
                 "bandwidth_bytes_per_s": self.bandwidth_bytes_per_s, "compute_capability": self.cc_text,
                 "sm_count": self.sm_count, "tflops": dict(self.tflops), "context_bytes": self.context_bytes,
-                "context_estimated": self.context_estimated, "source": self.source, "origin": self.origin}
+                "context_estimated": self.context_estimated, "source": self.source, "origin": self.origin,
+                "overrides_builtin": self.overrides_builtin}
 
 
 def _problem(where: str, name: str, what: str) -> GpuTableError:
@@ -79,6 +105,12 @@ def _number(value, *, integer: bool = False) -> bool:
     if integer and not isinstance(value, int):
         return False
     return math.isfinite(value) and value > 0
+
+
+def _check_bounds(where: str, name: str, value, bound: str, unit: str) -> None:
+    lo, hi = BOUNDS[bound]
+    if not lo <= value <= hi:
+        raise _problem(where, name, f"is {value:g} {unit}, which no GPU has; expected {lo:g} to {hi:g} {unit}")
 
 
 def parse_entry(key: str, entry, origin: str) -> GpuSpec:
@@ -122,6 +154,13 @@ def parse_entry(key: str, entry, origin: str) -> GpuSpec:
     context = entry.get("context_bytes")
     if context is not None and not _number(context, integer=True):
         raise _problem(where, "context_bytes", f"must be a positive integer, got {context!r}")
+    _check_bounds(where, "memory_bytes", entry["memory_bytes"], "memory_bytes", "B")
+    _check_bounds(where, "bandwidth_bytes_per_s", entry["bandwidth_bytes_per_s"], "bandwidth_bytes_per_s", "B/s")
+    _check_bounds(where, "sm_count", entry["sm_count"], "sm_count", "SMs")
+    for dtype, value in tflops.items():
+        _check_bounds(where, f"tflops.{dtype}", value, "tflops", "TFLOP/s")
+    if context is not None and context >= entry["memory_bytes"]:
+        raise _problem(where, "context_bytes", f"is {context} B, not below the GPU's memory_bytes")
     return GpuSpec(key=key.lower(), name=entry["name"].strip(), memory_bytes=entry["memory_bytes"],
                    bandwidth_bytes_per_s=float(entry["bandwidth_bytes_per_s"]),
                    compute_capability=(int(parts[0]), int(parts[1])), sm_count=entry["sm_count"],
@@ -133,9 +172,9 @@ def parse_entry(key: str, entry, origin: str) -> GpuSpec:
 def read_table(path: Union[str, Path]) -> dict[str, GpuSpec]:
     """The GPUs of one TOML file, by key; GpuTableError for anything wrong with it."""
     path = Path(path)
-    where = str(path)
+    where = printable(path)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(_read_bounded(path, where).decode("utf-8"))
     except FileNotFoundError:
         raise GpuTableError(f"{where}: GPU table file not found") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -148,17 +187,50 @@ def read_table(path: Union[str, Path]) -> dict[str, GpuSpec]:
     extra = sorted(set(data) - {"gpus"})
     if extra:
         raise GpuTableError(f"{where}: unexpected top-level key {extra[0]!r}; GPUs go in [gpus.NAME] tables")
-    out = {}
+    out: dict[str, GpuSpec] = {}
+    spelled: dict[str, str] = {}  # case-folded key -> as this file spells it
     for key, entry in gpus.items():
-        if not key.replace("-", "").replace("_", "").isalnum():
-            raise GpuTableError(f"{where}: GPU key {key!r} must be letters, digits, '-' or '_'")
+        if not key.replace("-", "").replace("_", "").isalnum() or not key.isascii():
+            raise GpuTableError(f"{where}: GPU key {printable(repr(key))} must be ASCII letters, digits, '-' or '_'")
+        folded = key.lower()
+        if folded in spelled:  # --gpu is case-insensitive: two spellings would be one GPU, the later silently
+            raise GpuTableError(f"{where}: GPU keys [gpus.{spelled[folded]}] and [gpus.{key}] are the same "
+                                f"(keys are case-insensitive); keep one")
+        spelled[folded] = key
         spec = parse_entry(key, entry, where)
         out[spec.key] = spec
     return out
 
 
+def _read_bounded(path: Path, where: str) -> bytes:
+    """The bytes of a regular file of at most MAX_FILE_BYTES; GpuTableError otherwise.
+    O_NONBLOCK: opening a FIFO never waits for a writer (and it is then refused)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            kind = "a folder" if stat.S_ISDIR(info.st_mode) else "not a regular file (a FIFO, a device?)"
+            raise GpuTableError(f"{where}: is {kind}; give a GPU table file (TOML)")
+        if info.st_size > MAX_FILE_BYTES:
+            raise GpuTableError(f"{where}: is {info.st_size} bytes; a GPU table file is at most {MAX_FILE_BYTES}")
+        chunks, size = [], 0
+        while size <= MAX_FILE_BYTES:  # bounded even if the file grows while it is read
+            chunk = os.read(fd, MAX_FILE_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > MAX_FILE_BYTES:
+            raise GpuTableError(f"{where}: grew past {MAX_FILE_BYTES} bytes while it was read")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def user_files(gpu_files: Iterable[Union[str, Path]] = ()) -> list[Path]:
-    """ATTNPROF_GPUS's files, then the ones given (later ones win)."""
+    """ATTNPROF_GPUS's files, then the ones given (later ones win); one path alone is one file."""
+    if isinstance(gpu_files, (str, os.PathLike)):
+        gpu_files = [gpu_files]
     env = os.environ.get(ENV_VAR, "")
     return [Path(p) for p in env.split(os.pathsep) if p.strip()] + [Path(p) for p in gpu_files]
 
@@ -166,8 +238,9 @@ def user_files(gpu_files: Iterable[Union[str, Path]] = ()) -> list[Path]:
 def load_gpus(gpu_files: Iterable[Union[str, Path]] = ()) -> dict[str, GpuSpec]:
     """The built-in table overlaid with ATTNPROF_GPUS's files and ``gpu_files``."""
     table = read_table(BUILTIN_FILE)
+    builtin = set(table)
     for path in user_files(gpu_files):
-        table.update(read_table(path))
+        table.update({key: replace(spec, overrides_builtin=key in builtin) for key, spec in read_table(path).items()})
     return table
 
 
@@ -183,8 +256,15 @@ def get_gpu(name: str, table: Optional[dict] = None) -> GpuSpec:
 
 def resolve_gpus(names: Iterable[str], gpu_files: Iterable[Union[str, Path]] = ()) -> list[GpuSpec]:
     """--gpu NAME (repeatable, or comma lists) -> specs, in order, without duplicates."""
+    names = [names] if isinstance(names, str) else list(names)
+    for name in names:  # '' or ',,' names no GPU: refused, never a run that silently models none
+        if not all(n.strip() for n in str(name).split(",")):
+            raise UnknownGpu(f"--gpu {printable(repr(name))} has an empty GPU name; give keys such as h100-sxm,l4 "
+                             f"(attnprof gpus lists them)")
+    if not names:
+        raise UnknownGpu("--gpu names no GPU; give keys such as h100-sxm,l4 (attnprof gpus lists them)")
     table = load_gpus(gpu_files)
-    keys = [n.strip() for name in names for n in str(name).split(",") if n.strip()]
+    keys = [n.strip() for name in names for n in str(name).split(",")]
     return [get_gpu(k, table) for k in dict.fromkeys(k.lower() for k in keys)]
 
 
@@ -194,15 +274,15 @@ def format_gpus(table: dict[str, GpuSpec]) -> str:
     rows = [head]
     for spec in sorted(table.values(), key=lambda s: (s.memory_bytes, s.key)):
         t = spec.tflops
-        rows.append([spec.key, f"{spec.memory_bytes / 2**30:.1f} GiB", f"{spec.bandwidth_bytes_per_s / 1e12:.2f} TB/s",
+        rows.append([spec.label, f"{spec.memory_bytes / 2**30:.1f} GiB", f"{spec.bandwidth_bytes_per_s / 1e12:.2f} TB/s",
                      spec.cc_text, str(spec.sm_count), *(f"{t[d]:g}" if d in t else "-" for d in
-                                                         ("fp32", "tf32", "bf16", "fp16", "fp64")), spec.name])
+                                                         ("fp32", "tf32", "bf16", "fp16", "fp64")), printable(spec.name)])
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     lines = ["  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     lines.append("")
     lines.append("TFLOP/s: peak dense tensor-core figures from each datasheet (fp32: CUDA cores; fp16/bf16 with fp32 "
                  "accumulate); memory: nvidia-smi memory.total")
-    lines += [f"  {spec.key}: {spec.source}" + ("" if spec.origin == str(BUILTIN_FILE) else f" [from {spec.origin}]")
+    lines += [printable(f"  {spec.key}: {spec.source}" + ("" if spec.origin == str(BUILTIN_FILE) else f" [from {spec.origin}]"))
               for spec in sorted(table.values(), key=lambda s: (s.memory_bytes, s.key))]
     return "\n".join(lines)

@@ -12,7 +12,9 @@ An entry is trusted only when it is one: valid JSON with exactly the expected fi
 key equal to the one asked for (a file from another key, version or machine is
 foreign), its checksum right and every figure of the right type. Anything else is
 ignored and rewritten. A cache folder that cannot be written costs one warning line on
-stderr per process, never the prediction. Entries are written to a temporary file and
+stderr per process, never the prediction; so does one that is not the user's own
+(trust.py: owned by another uid, or writable by others), which is then neither read nor
+written, since a checksum cannot tell who wrote an entry (docs/accounting.md). Entries are written to a temporary file and
 renamed, so concurrent writers (the fork pool, two shells) never leave half a file.
 """
 
@@ -29,6 +31,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
+from attnprof.profiler.measure import trust
 from attnprof.profiler.records import Point
 
 SCHEMA = 2  # bump when the entry's layout or meaning changes
@@ -62,6 +65,17 @@ def disabled():
 
 def is_enabled() -> bool:
     return _enabled
+
+
+def check_folder() -> bool:
+    """Whether the cache folder may be used (trust.py), warning once if not. Called by a
+    command before it starts workers, so the warning is printed once, not by each."""
+    return not _enabled or trusted(cache_dir() / "predictions")
+
+
+def trusted(folder: Path, warn=None) -> bool:
+    """Whether ``folder`` (under ``cache_dir()``) is the user's own: trust.usable."""
+    return trust.usable(cache_dir(), folder, warn, elsewhere=f"set {ENV} to a folder of your own")
 
 
 # --- the key ------------------------------------------------------------------------------
@@ -139,8 +153,14 @@ def load(point: Point) -> Optional[dict]:
         key = key_of(point)
         if key is None:
             return None
-        data = json.loads(_path_of(key).read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
+        path = _path_of(key)
+        if not trusted(path.parent):
+            return None
+        text = trust.read_entry(path)
+        if text is None:  # not this user's own file: never trusted, rewritten below by store
+            return None
+        data = json.loads(text)
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
         return None
     except Exception:  # noqa: BLE001 - a plug-in whose class cannot be resolved: no cache
         return None
@@ -186,6 +206,8 @@ def store(point: Point, value: dict) -> None:
     if key is None:
         return
     path = _path_of(key)
+    if not trusted(path.parent):
+        return
     try:
         write_atomically(path, json.dumps({"key": key, "value": value, "checksum": _checksum(key, value)}))
     except OSError as exc:
@@ -196,7 +218,7 @@ def store(point: Point, value: dict) -> None:
 def write_atomically(path: Path, text: str) -> None:
     """Write ``text`` to a temporary file beside ``path`` and rename it there, so a reader
     (another process, a second shell) never sees half a file; OSError when it cannot."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    trust.make_private_dirs(path.parent)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:

@@ -18,7 +18,7 @@ from attnprof.profiler.measure.workload import scope_note
 from attnprof.profiler.runner.chains import run_chains
 from attnprof.profiler.runner.plan import series, shape_at, shape_problem
 from attnprof.profiler.records import Point
-from attnprof.profiler.units import fmt_bytes, fmt_flops
+from attnprof.profiler.units import fmt_bytes, fmt_flops, printable
 from attnprof.scenarios.scenario import Scenario
 
 LONGEST_SEARCHED = 1 << 20  # budget search stops at 1M tokens unless --max-len says otherwise
@@ -271,6 +271,7 @@ def format_table(rows: list[dict], budget_bytes: int | None = None) -> str:
         lines.append([r["variant"], r["mode"], str(r["seq_len"]), str(r["batch"]), fmt_bytes(r["predicted_peak_bytes"]),
                       fmt_bytes(br["parameters"] + br["inputs"]), fmt_bytes(br["gradients"]),
                       fmt_bytes(br["activations"]), fmt_bytes(br["temporaries"]), fmt_flops(r["flops"])])
+    lines = [[printable(cell) for cell in row] for row in lines]  # labels and reasons: one line each
     widths = [max(len(row[i]) for row in lines if i < len(row)) for i in range(len(head))]
     text = ["  ".join(cell.ljust(widths[i]) if i < len(widths) else cell for i, cell in enumerate(row)).rstrip()
             for row in lines]

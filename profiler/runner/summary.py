@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from attnprof.profiler.records import key_of_record, step_time_ms
-from attnprof.profiler.units import fmt_bytes
+from attnprof.profiler.units import fmt_bytes, printable
 
 TITLE = "peak tensor memory and fwd+bwd time per point (status where not ok)"
 # A share of the wall time below this (s) gives no ratio: a crashed point or an interrupted
@@ -21,7 +21,7 @@ MIN_RATIO_PART_S = 0.05
 def cell(record: dict) -> str:
     """'11.54 MiB 32ms', or the status ('oom', 'skipped', ...)."""
     if record.get("status") != "ok":
-        return str(record.get("status", "?"))
+        return printable(record.get("status", "?"))
     peak = record.get("measured_peak_bytes") or record.get("predicted_peak_bytes")
     time_ms = step_time_ms(record.get("time_fwd_ms"), record.get("time_bwd_ms"))
     return f"{fmt_bytes(peak)} {time_ms or 0:.0f}ms"
@@ -37,7 +37,8 @@ def grid(records: Iterable[dict]) -> tuple[list[int], list[tuple[str, str, dict]
     rows: dict[tuple[str, str], dict] = {}
     for record in latest.values():
         rows.setdefault((record["variant"], record["mode"]), {})[record["seq_len"]] = cell(record)
-    return lengths, [(variant, mode, cells) for (variant, mode), cells in rows.items()]
+    # labels come from a file (a received run folder): control characters spelled out
+    return lengths, [(printable(variant), printable(mode), cells) for (variant, mode), cells in rows.items()]
 
 
 def rich_table(records: Iterable[dict], stacked: bool = False):

@@ -43,7 +43,7 @@ from attnprof.profiler.records import Point, PointRecord, key_of_record
 from attnprof.profiler.runner.estimate import PREDICTED_TIMEOUT_MARGIN, add_time_fields
 from attnprof.profiler.runner.progress import Progress
 from attnprof.profiler.runner.quarantine import quarantine_invalid
-from attnprof.profiler.runner.storage import (RESULTS_FILE, RunFolderBusy, acquire_lock, append_record,
+from attnprof.profiler.runner.storage import (LOCK_FILE, RESULTS_FILE, RunFolderBusy, acquire_lock, append_record,
                                               read_records_checked, refuse_planted_links, release_lock,
                                               results_size)
 from attnprof.profiler.units import fmt_bytes
@@ -332,7 +332,10 @@ def _expect_series(lane: _Series, point: Point, done: dict, settings: SweepSetti
 
 @contextmanager
 def _locked(out_dir: Path):
-    """The run folder, created if need be and locked against a second writer while the sweep runs."""
+    """The run folder, created if need be and locked against a second writer while the sweep runs.
+    A sweep that fails to start (a cluster that does not answer) removes the folder again
+    when it created it and it holds nothing but the lock: no empty, locked folder is left."""
+    created = not out_dir.exists()
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         refuse_planted_links(out_dir)  # LinkRefused, exit 2: no OSError, so it passes the handler below
@@ -344,8 +347,23 @@ def _locked(out_dir: Path):
         raise _folder_error(out_dir, exc) from None
     try:
         yield
+    except BaseException:
+        if created:
+            _remove_if_untouched(out_dir)
+        raise
     finally:
         release_lock(fd)
+
+
+def _remove_if_untouched(out_dir: Path) -> None:
+    """Remove ``out_dir`` if it holds only the lock file this sweep made (while the lock is
+    still held, so no second sweep can have written anything in it); else leave it be."""
+    try:
+        if [entry.name for entry in os.scandir(out_dir)] == [LOCK_FILE]:
+            os.unlink(out_dir / LOCK_FILE)
+            os.rmdir(out_dir)
+    except OSError:
+        pass  # what cannot be removed stays: never an error on top of the one being raised
 
 
 def _prepare(out_dir: Path, scenario: Scenario, settings: SweepSettings, resume: bool, executor: Executor) -> dict:

@@ -105,14 +105,55 @@ def _number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def _numeric(value) -> bool:
+    """A number of JSON's kinds (NaN and infinities too: the range checks name those)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _outside(value, limit: str) -> bool:
     lo, hi = LIMITS[limit]
     return not _number(value) or not lo < value <= hi
 
 
+# Each field's type, checked before any figure is (a cache file is data: a list where a table
+# of dtypes goes must be a reason, not a TypeError). Tables are checked entry by entry below.
+_TEXT_FIELDS = ("host", "cpu", "torch_version", "measured_at")
+_NUMBER_FIELDS = ("bandwidth_bytes_per_s", "overhead_fwd_s", "overhead_bwd_s", "fresh_page_bytes_per_s", "wall_s")
+_TABLE_FIELDS = {"gemm_flops_per_s": "GEMM rates are not a table of dtypes",
+                 "attention_fwd_flops_per_s": "attention forward rates are not a table of dtypes",
+                 "attention_bwd_flops_per_s": "attention backward rates are not a table of dtypes",
+                 "gemm_square_k": "square GEMM sizes are not a table of dtypes",
+                 "gemm_k_flops_per_s": "thin GEMM rates are not a table of dtypes",
+                 "class_bytes_per_s": "kernel class rates are not a table of classes",
+                 "kernel_bytes_per_s": "kernel rates are not a table of kernels"}
+
+
+def _type_problems(cal: Calibration) -> list[str]:
+    out = [f"{name} {getattr(cal, name)!r:.60} is not text" for name in _TEXT_FIELDS
+           if not isinstance(getattr(cal, name), str)]
+    out += [f"{name} {getattr(cal, name)!r:.60} is not a number" for name in _NUMBER_FIELDS
+            if not _numeric(getattr(cal, name))]
+    for name, wrong in _TABLE_FIELDS.items():
+        table = getattr(cal, name)
+        if not isinstance(table, dict):
+            out.append(f"{wrong}: {name} is {table!r:.60}")
+        elif not all(isinstance(k, str) for k in table):
+            out.append(f"{name} has a key that is not text")
+        elif name != "gemm_k_flops_per_s" and not all(_numeric(v) for v in table.values()):
+            out.append(f"{name} has a value that is not a number: {table!r:.60}")
+    if not isinstance(cal.threads, int) or isinstance(cal.threads, bool) or cal.threads < 1:
+        out.append(f"thread count {cal.threads!r:.60} is not a positive integer")
+    if not isinstance(cal.notes, list) or not all(isinstance(n, str) for n in cal.notes):
+        out.append("notes are not a list of text")
+    return out
+
+
 def problems(cal: Calibration) -> list[str]:
-    """Why ``cal`` cannot be used, one line each; [] when it is plausible."""
-    out = []
+    """Why ``cal`` cannot be used, one line each; [] when it is plausible. Types first:
+    the figures are only compared once every field is of the type it must be."""
+    out = _type_problems(cal)
+    if out:
+        return out
     if REQUIRED_DTYPE not in cal.gemm_flops_per_s:
         out.append(f"no {REQUIRED_DTYPE} GEMM rate was measured")
     for what, rates in (("GEMM", cal.gemm_flops_per_s), ("attention forward", cal.attention_fwd_flops_per_s),
@@ -134,8 +175,6 @@ def problems(cal: Calibration) -> list[str]:
             out.append(f"{what} per-op overhead {value!r} s is not in (0, 10 ms]")
     out.extend(_thin_gemm_problems(cal))
     out.extend(_class_problems(cal))
-    if not isinstance(cal.threads, int) or isinstance(cal.threads, bool) or cal.threads < 1:
-        out.append(f"thread count {cal.threads!r} is not a positive integer")
     return out
 
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 from typing import Optional
 
 from attnprof.profiler.records import step_time_ms
-from attnprof.profiler.units import fmt_bytes, fmt_ms
+from attnprof.profiler.units import fmt_bytes, fmt_ms, printable
 
 CPU_LABEL = "step-time MODEL on this machine's CPU (roofline per op from `attnprof calibrate`'s measurements)"
 GPU_LABEL = "step-time MODEL on {gpu} (roofline per op, datasheet peaks x published efficiencies)"
 
 
 def _table(head: list, rows: list) -> list[str]:
+    rows = [[printable(c) for c in r] for r in rows]  # labels and GPU names: control characters spelled out
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     return ["  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip() for r in [head, *rows]]
 
@@ -68,7 +69,7 @@ def format_ranking(records: list[dict], *, gpus: list, memory_limit_bytes: Optio
     for gpu in gpus or [None]:
         mine = [r for r in records if gpu is None or r.get("gpu") == gpu]
         fitting, left = rank(mine, gpu=gpu is not None, memory_limit_bytes=memory_limit_bytes)
-        where = GPU_LABEL.format(gpu=gpu) if gpu else CPU_LABEL
+        where = GPU_LABEL.format(gpu=printable(gpu)) if gpu else CPU_LABEL
         head = ["rank", "variant", "mode", "seq_len", "batch", "step", "fwd", "bwd", "tokens/s",
                 "total" if gpu else "peak"]
         rows = []
@@ -80,7 +81,7 @@ def format_ranking(records: list[dict], *, gpus: list, memory_limit_bytes: Optio
                          fmt_ms(step, "-"), fmt_ms(fwd, "-"), fmt_ms(bwd, "-"), _tokens(tps), fmt_bytes(memory)])
         lines += [f"ranked by predicted step time (fwd + bwd), fastest first, among those that fit: {where}",
                   *_table(head, rows)]
-        lines += [f"left out: {r['variant']} {r['mode']} n={r['seq_len']}: {why}" for r, why in left]
+        lines += [printable(f"left out: {r['variant']} {r['mode']} n={r['seq_len']}: {why}") for r, why in left]
         lines.append("")
     return "\n".join(lines).rstrip()
 

@@ -4,9 +4,12 @@ thread count, then read back in milliseconds.
 One JSON file per key under the prediction cache's folder (profiler/measure/cache.py
 ``cache_dir()``): ``calibration/<host>-<threads>t-<sha256 of the key, 16 hex>.json``. An
 entry is used only when it is one: valid JSON, the same key, every field present and
-plausible (``calibrate.problems``). Anything else is ignored and measured again, and the
-new figures overwrite it. A cache folder that cannot be written costs a warning, never
-the calibration.
+plausible (``calibrate.problems``, field by field: a list or a string where a table of
+rates goes, null, negative, NaN). Anything else is ignored with one warning line and
+measured again, and the new figures overwrite it; a plain ``predict`` (which never
+measures) then predicts no time rather than one made from it. A cache folder that
+cannot be written costs a warning, never the calibration; one that is not the user's own
+(``trust``) is neither read nor written.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ import sys
 from pathlib import Path
 from typing import Callable, Optional
 
-from attnprof.profiler.measure.cache import cache_dir, write_atomically
+from attnprof.profiler.measure import trust
+from attnprof.profiler.measure.cache import cache_dir, trusted, write_atomically
 from attnprof.profiler.timemodel.calibrate import (Calibration, CalibrationError, cache_key, check, describe_machine,
                                                    problems)
 
@@ -30,21 +34,57 @@ def path_of(key: dict) -> Path:
     return cache_dir() / FOLDER / f"{host}-{key.get('threads')}t-{digest}.json"
 
 
-def load(key: dict) -> Optional[Calibration]:
-    """The cached calibration for ``key``, or None (none, foreign, corrupt or implausible)."""
+Warn = Callable[[str], None]
+
+
+def load(key: dict, warn: Optional[Warn] = None, then: str = "") -> Optional[Calibration]:
+    """The cached calibration for ``key``, or None: none cached, the cache folder not the
+    user's own (``trust``), or an entry that is foreign, corrupt or implausible. Such an
+    entry costs one ``warn`` line (why, and ``then``: what happens next), never a traceback
+    and never a figure made from it."""
+    path = path_of(key)
+    if not trusted(path.parent, warn=warn):
+        return None
     try:
-        data = json.loads(path_of(key).read_text(encoding="utf-8"))
-        cal = Calibration.from_dict(data.get("calibration"))
-    except (OSError, ValueError, UnicodeDecodeError, TypeError, AttributeError, CalibrationError):
+        text = trust.read_entry(path)
+    except FileNotFoundError:
         return None
-    if data.get("key") != key or cal.key() != key or problems(cal):
-        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        return _ignored(path, getattr(exc, "strerror", None) or str(exc), warn, then)
+    if text is None:
+        return _ignored(path, "it is not a file of yours alone", warn, then)
+    try:
+        data = json.loads(text)
+        cal = Calibration.from_dict(data.get("calibration") if isinstance(data, dict) else None)
+    except (ValueError, RecursionError, TypeError):  # CalibrationError is a ValueError
+        return _ignored(path, "not a calibration record", warn, then)
+    if data.get("key") != key or not _same_key(cal, key):
+        return _ignored(path, "its key is not this machine's", warn, then)
+    found = problems(cal)
+    if found:
+        return _ignored(path, found[0], warn, then)
     return cal
 
 
+def _same_key(cal: Calibration, key: dict) -> bool:
+    try:
+        return cal.key() == key
+    except TypeError:  # an unhashable field where the key has text
+        return False
+
+
+def _ignored(path: Path, why: str, warn: Optional[Warn], then: str) -> None:
+    if warn is not None:
+        warn(" ".join(f"warning: the cached calibration {path} is unusable ({why}); ignored{then}".split()))
+    return None
+
+
 def save(cal: Calibration) -> Optional[Path]:
-    """Write ``cal`` atomically; None (and a warning on stderr) when the folder cannot be written."""
+    """Write ``cal`` atomically; None (and a warning on stderr) when the folder cannot be
+    written, or is not the user's own (``trust``: then nothing is written there)."""
     path = path_of(cal.key())
+    if not trusted(path.parent, warn=lambda line: print(line, file=sys.stderr)):
+        return None
     try:
         write_atomically(path, json.dumps({"key": cal.key(), "calibration": cal.to_dict()}, indent=1))
     except OSError as exc:
@@ -55,13 +95,15 @@ def save(cal: Calibration) -> Optional[Path]:
 
 
 def calibration(threads: Optional[int] = None, *, use_cache: bool = True,
-                measure_fn: Optional[Callable[..., Calibration]] = None) -> tuple[Calibration, bool]:
+                measure_fn: Optional[Callable[..., Calibration]] = None,
+                warn: Optional[Warn] = None) -> tuple[Calibration, bool]:
     """(this machine's calibration at ``threads`` torch threads, whether it came from the
-    cache). Measures (and caches) when there is no usable entry or ``use_cache`` is False;
-    CalibrationError when the measurement fails or is implausible (nothing is cached then)."""
+    cache). Measures (and caches, over an unusable entry) when there is no usable entry or
+    ``use_cache`` is False; CalibrationError when the measurement fails or is implausible
+    (nothing is cached then). ``warn``: the one line about an unusable entry."""
     key = cache_key(*describe_machine(threads))
     if use_cache:
-        cached = load(key)
+        cached = load(key, warn, then=", measuring this machine again")
         if cached is not None:
             return cached, True
     from attnprof.profiler.timemodel import calibrate
@@ -71,17 +113,20 @@ def calibration(threads: Optional[int] = None, *, use_cache: bool = True,
     return cal, False
 
 
-def machine_rates(threads: Optional[int] = None, warn: Callable[[str], None] = lambda line: None,
-                  announce: Callable[[str], None] = lambda line: None, measure: bool = True):
+def machine_rates(threads: Optional[int] = None, warn: Warn = lambda line: None,
+                  announce: Warn = lambda line: None, measure: bool = True):
     """This CPU's ``Rates`` (calibrated on first use, which ``announce`` is told), or None
     after one ``warn`` line when the calibration fails: then no time is predicted.
-    ``measure=False``: only a calibration already cached; None (silently) if there is none."""
+    ``measure=False``: only a calibration already cached; None if there is none (an
+    unusable entry says so in one ``warn`` line)."""
     from attnprof.profiler.timemodel.rates import cpu_rates
 
-    if not measure and load(cache_key(*describe_machine(threads))) is None:
-        return None
+    if not measure:
+        cal = load(cache_key(*describe_machine(threads)), warn,
+                   then="; no step times until `attnprof calibrate` measures this machine again")
+        return None if cal is None else cpu_rates(cal)
     try:
-        cal, cached = calibration(threads)
+        cal, cached = calibration(threads, warn=warn)
     except CalibrationError as exc:
         warn(f"warning: {exc}")
         return None

@@ -33,27 +33,27 @@ LENGTHS = [1 << e for e in range(MIN_EXP, MAX_EXP + 1)]  # what the report searc
 GPU_FILE = """
 [gpus.tiny]
 name = "Tiny test GPU"
-memory_bytes = 67_108_864            # 64 MiB
+memory_bytes = 1_073_741_824         # 1 GiB, the least a GPU file may give
 bandwidth_bytes_per_s = 1.0e11
 compute_capability = "8.0"
 sm_count = 8
 tflops = { fp32 = 1.0, tf32 = 2.0, bf16 = 4.0, fp16 = 4.0 }
-context_bytes = 4_194_304
+context_bytes = 67_108_864
 source = "a test GPU"
 
 [gpus.small]
 name = "Small test GPU"
-memory_bytes = 268_435_456           # 256 MiB
+memory_bytes = 4_294_967_296         # 4 GiB
 bandwidth_bytes_per_s = 1.0e11
 compute_capability = "9.0"
 sm_count = 16
 tflops = { fp32 = 1.0, tf32 = 2.0, bf16 = 4.0, fp16 = 4.0 }
-context_bytes = 8_388_608
+context_bytes = 134_217_728
 source = "a test GPU"
 """
 # full is quadratic, sdpa linear (memory-efficient kernel in fp32): boundaries well inside 16 .. 1M
 SCENARIO = Scenario(name="gpus", variants=("full", "sdpa"), scope="attention", seq_lens=(256,), d_model=64, heads=4,
-                    layers=1)
+                    layers=1, batch=16)  # batch 16: a 1 GiB GPU holds what 64 MiB held at batch 1
 
 
 @pytest.fixture(autouse=True)
@@ -162,7 +162,7 @@ def test_the_page_names_each_gpu_its_memory_and_its_longest_length(tmp_path, gpu
     run = run_folder(tmp_path)
     text = render_report(run, seconds=120, gpus=gpus).read_text(encoding="utf-8")
     fits = text[text.index('<section id="fits"'):text.index('<section id="charts"')]
-    for g, memory in zip(gpus, ("64.00 MiB", "256.00 MiB")):
+    for g, memory in zip(gpus, ("1.00 GiB", "4.00 GiB")):
         assert f'<th class="text">{g.key}</th><td class="text">{g.name}</td><td>{memory}</td>' in fits
     assert GPU_MODEL in fits and "CUDA context" in fits
     assert " GiB</th>" not in fits and "about the memory of" not in fits  # not the generic budgets
@@ -279,8 +279,8 @@ def test_sweep_and_report_with_gpus_from_the_command_line(tmp_path, gpu_file, di
     figures (none made by the report), and results.jsonl keeps one record per point with
     no GPU figures in it; `attnprof report --gpu` with ATTNPROF_GPUS renders the same."""
     out = tmp_path / "run"
-    result = attnprof("sweep", "--variant", "full,sdpa", "--mode", "plain", "--scope", "attention", "--seq-len", "256",
-                      "--d-model", "64", "--heads", "4", "--layers", "1", "--device", "cpu", "--repeats", "1",
+    result = attnprof("sweep", "--variant", "full,sdpa", "--scope", "attention", "--seq-len", "256",
+                      "--d-model", "64", "--heads", "4", "--batch", "16", "--device", "cpu", "--repeats", "1",
                       "--warmup", "0", "--gpu", "tiny", "--gpu", "small", "--gpu-file", str(gpu_file), "--out", str(out),
                       "--quiet")
     assert result.returncode == 0, result.stderr
@@ -296,6 +296,18 @@ def test_sweep_and_report_with_gpus_from_the_command_line(tmp_path, gpu_file, di
     assert again.returncode == 0, again.stderr
     page = (tmp_path / "small.html").read_text(encoding="utf-8")
     fits = page[page.index('<section id="fits"'):page.index('<section id="charts"')]
-    assert "Small test GPU" in fits and "256.00 MiB" in fits and "Tiny test GPU" not in fits
+    assert "Small test GPU" in fits and "4.00 GiB" in fits and "Tiny test GPU" not in fits
     n = direct[("sdpa", "small")]
     assert f"<td>{n // 1024}K</td><td class=\"text\">sdpa (attention)</td>" in fits
+
+
+def test_a_gpu_over_a_builtin_key_and_its_name_print_as_such_in_the_report(tmp_path):
+    """A user's file that replaces h100-sxm (here with a 1 GiB card whose name holds an ESC
+    sequence and a newline): the page never passes it off as the datasheet's GPU, and the
+    name's control characters are spelled out."""
+    path = tmp_path / "fake.toml"
+    path.write_text(GPU_FILE.split("[gpus.small]")[0].replace("[gpus.tiny]", "[gpus.h100-sxm]")
+                    .replace('"Tiny test GPU"', r'"Fake\u001b[31m\nH100"'), encoding="utf-8")
+    text = render_report(run_folder(tmp_path), seconds=0, gpus=resolve_gpus(["h100-sxm"], [path])).read_text()
+    assert f"h100-sxm (from {path}, overrides built-in)" in text
+    assert "\x1b" not in text and r"Fake\x1b[31m\nH100" in text

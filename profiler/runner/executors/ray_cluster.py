@@ -5,7 +5,7 @@
   else ``RAY_ADDRESS``, else the cluster ``ray start --head`` recorded on this machine,
   else a new local cluster on the loopback interface, stopped again when the sweep ends.
   An address that does not answer is one line, never a hang: a TCP probe first
-  (``PROBE_TIMEOUT_S``), then ``ray.init`` bounded by ``CONNECT_TIMEOUT_S``.
+  (ray_address.py, after the address's syntax), then ``ray.init`` bounded by ``CONNECT_TIMEOUT_S``.
 - **Isolation**: ``max_calls=1`` (a worker process runs one point, then exits) and
   ``max_retries=0`` (a point that killed its worker is not run again): an OOM, a
   segfault or a SIGKILL takes that worker down and makes its point ``crashed``.
@@ -37,14 +37,13 @@ from typing import Callable, Optional
 from attnprof.profiler.records import Point
 from attnprof.profiler.runner.errors import SweepError
 from attnprof.profiler.runner.executors.base import Executor, Finished
+from attnprof.profiler.runner.executors.ray_address import probe
 from attnprof.profiler.runner.interrupts import SIGNALS, Interrupts
 
 EXTRA_HINT = "pip install 'attnprof[ray]'"
-PROBE_TIMEOUT_S = 5.0  # TCP connect to the head node's address
 CONNECT_TIMEOUT_S = 30.0  # ray.init against a cluster that accepts connections
 POLL_S = 0.2  # ray.wait in slices: a Ctrl-C or SIGTERM is seen within this
 ACCELERATOR = "accelerator_type:"  # Ray's node resource naming a node's GPU type
-DEFAULT_PORT = 6379
 LOCAL_OBJECT_STORE_BYTES = 256 << 20  # a local cluster moves records of a few KiB: no need for 30% of RAM
 
 
@@ -70,32 +69,9 @@ def require_ray() -> None:
 
 
 # --- the connection -----------------------------------------------------------------------------
-def _host_port(address: str) -> Optional[tuple[str, int]]:
-    """'HOST:PORT', 'ray://HOST:PORT', '[::1]:PORT' -> (host, port); None for 'auto' and the like."""
-    text = address.split("://", 1)[-1].strip().rstrip("/")
-    if not text or text in ("auto", "local"):
-        return None
-    if text.startswith("["):
-        host, _, rest = text[1:].partition("]")
-        port = rest.lstrip(":")
-    else:
-        host, _, port = text.rpartition(":") if text.count(":") == 1 else (text, "", "")
-    try:
-        return host, int(port) if port else DEFAULT_PORT
-    except ValueError:
-        raise SweepError(f"--ray-address {address!r} is not HOST:PORT") from None
-
-
 def _probe(address: str) -> None:
-    where = _host_port(address)
-    if where is None:
-        return
-    try:
-        socket.create_connection(where, timeout=PROBE_TIMEOUT_S).close()
-    except OSError as exc:
-        why = exc.strerror or str(exc) or type(exc).__name__
-        raise SweepError(f"cannot reach the Ray cluster at {address}: {why}; start its head node with "
-                         f"`ray start --head`, or leave --ray-address out to start a local cluster") from None
+    """The address's syntax, then a TCP connect (ray_address.probe): one line, never a hang."""
+    probe(address)
 
 
 class RaySession:

@@ -119,7 +119,8 @@ def test_cli_predict_gpu_json_and_table():
     assert all(r["gpu_fits"] and r["gpu_sdpa_backend"] in ("flash", "cudnn") for r in rows)
     table = runner.invoke(app, args).output
     assert "GPU memory MODEL (predicted" in table and "model note:" in table
-    budget = runner.invoke(app, [*args[:-4], "--gpu", "l4", "--budget", "64MiB", "--min-len", "256",
-                                 "--max-len", "4096"])
+    budget = runner.invoke(app, ["predict", "--variant", "sdpa", "--mode", "plain", "--d-model", "64", "--heads", "2",
+                                 "--layers", "1", "--dtype", "bf16", "--gpu", "l4", "--budget", "64MiB", "--min-len",
+                                 "256", "--max-len", "4096"])  # no --seq-len: the budget searches the lengths
     assert budget.exit_code == 0, budget.output
     assert "modelled GPU total fits" in budget.output and "l4" in budget.output

@@ -1,0 +1,111 @@
+"""A cached calibration is data: an entry whose figures are of the wrong type or out of
+range is ignored with one warning line and measured again (then rewritten), in
+`predict`, `predict --sort time` and `calibrate`; a plain `predict` (which never
+measures) predicts no time from it. `calibrate --threads` is bounded by the CPUs."""
+
+import json
+import math
+
+import pytest
+from typer.testing import CliRunner
+
+from attnprof.cli import app
+from attnprof.profiler.runner.predict import usable_cores
+from attnprof.profiler.timemodel import calibrate, machine
+
+runner = CliRunner()
+PREDICT = ["predict", "--variant", "sdpa", "--mode", "plain", "--seq-len", "256", "--d-model", "32", "--heads", "2",
+           "--layers", "1"]
+# What a corrupt or hand-edited entry may hold where a figure goes (JSON reads NaN too).
+BAD = [
+    ("gemm_flops_per_s", [1e11]),
+    ("gemm_flops_per_s", "1e11"),
+    ("gemm_flops_per_s", None),
+    ("gemm_flops_per_s", {"float32": -1.0}),
+    ("gemm_flops_per_s", {"float32": math.nan}),
+    ("gemm_flops_per_s", {"float32": "fast"}),
+    ("attention_fwd_flops_per_s", "x"),
+    ("bandwidth_bytes_per_s", None),
+    ("overhead_fwd_s", [2e-6]),
+    ("gemm_k_flops_per_s", {"float32": [1]}),
+    ("class_bytes_per_s", None),
+    ("threads", "1"),
+    ("notes", "n"),
+    ("host", 5),
+]
+
+
+def cached_entry(threads: int = 1):
+    """A good entry for this machine at ``threads`` (the conftest's stub measurement)."""
+    cal, cached = machine.calibration(threads)
+    return cal, machine.path_of(cal.key())
+
+
+def spoil(path, field, value):
+    data = json.loads(path.read_text())
+    data["calibration"][field] = value
+    path.write_text(json.dumps(data))
+
+
+def warnings_in(text: str) -> list:
+    return [line for line in text.splitlines() if "cached calibration" in line]
+
+
+@pytest.mark.parametrize("field,value", BAD)
+def test_a_bad_entry_is_ignored_with_one_line_and_measured_again(field, value):
+    cal, path = cached_entry()
+    spoil(path, field, value)
+    warned = []
+    assert machine.load(cal.key(), warn=warned.append) is None
+    assert len(warned) == 1 and str(path) in warned[0] and "\n" not in warned[0], warned
+    again, cached = machine.calibration(1, warn=warned.append)
+    assert not cached and len(warned) == 2
+    assert machine.load(cal.key()) == again  # rewritten with good figures
+
+
+@pytest.mark.parametrize("text", ["[]", '{"key": 1, "calibration": [1]}', "nul", "[" * 100_000])
+def test_an_entry_that_is_not_a_record_is_ignored_with_one_line(text):
+    cal, path = cached_entry()
+    path.write_text(text)
+    warned = []
+    assert machine.load(cal.key(), warn=warned.append) is None and len(warned) == 1
+
+
+@pytest.mark.parametrize("field,value", [BAD[0], BAD[2], BAD[4]])
+def test_the_commands_warn_once_and_never_a_traceback(field, value):
+    cal, path = cached_entry(threads=None)  # predict and calibrate use torch's thread count
+    spoil(path, field, value)
+    plain = runner.invoke(app, [*PREDICT, "--json"])
+    assert plain.exit_code == 0 and plain.exception is None, plain.stderr
+    assert len(warnings_in(plain.stderr)) == 1 and "Traceback" not in plain.stderr
+    record = json.loads(plain.stdout)[0]
+    assert record["predicted_time_fwd_ms"] is None and record["predicted_time_bwd_ms"] is None  # none invented
+    assert machine.load(cal.key()) is None  # a plain predict does not measure, so nothing was rewritten
+
+    ranked = runner.invoke(app, [*PREDICT, "--sort", "time"])
+    assert ranked.exit_code == 0 and ranked.exception is None, ranked.stderr
+    assert len(warnings_in(ranked.stderr)) == 1 and "Traceback" not in ranked.stderr
+    assert machine.load(cal.key()) is not None  # measured again and rewritten
+
+    spoil(path, field, value)
+    calibrated = runner.invoke(app, ["calibrate"])
+    assert calibrated.exit_code == 0 and calibrated.exception is None, calibrated.stderr
+    assert len(warnings_in(calibrated.stderr)) == 1 and "measured in" in calibrated.stdout
+    assert machine.load(cal.key()) is not None
+
+
+def test_threads_beyond_the_cpus_are_one_line_and_exit_2():
+    cores = usable_cores()
+    for threads in (cores + 1, 100_000):
+        result = runner.invoke(app, ["calibrate", "--threads", str(threads)])
+        assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.stderr
+        assert result.stderr.startswith("error: --threads") and str(cores) in result.stderr
+    assert runner.invoke(app, ["calibrate", "--threads", str(cores)]).exit_code == 0
+
+
+def test_a_record_of_wrong_types_is_a_list_of_reasons_not_a_type_error():
+    cal, _ = cached_entry()
+    for field, value in BAD:
+        broken = calibrate.Calibration(**{**cal.to_dict(), field: value})
+        found = calibrate.problems(broken)
+        assert found and all(isinstance(line, str) and "\n" not in line for line in found), (field, found)
