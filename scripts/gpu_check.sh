@@ -54,10 +54,10 @@ pack() {  # everything but the few top-level files, in one tarball ($OUT takes 8
 finish() { pack; rm -rf "$WORK"; }
 trap finish EXIT
 
+PRE=""
 if [ "$DRY" = 1 ]; then MODE="dry run on the CPU: CUDA and NVML parts skipped"; else MODE="GPU"; fi
-say "gpu_check: $MODE; $("$PYTHON" -V 2>&1); deadline ${DEADLINE_S} s; $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 if [ "$DRY" = 0 ]; then  # stop at once, in one line, where there is nothing to check
-    PRE="$("$PYTHON" - <<'PY' 2>&1
+    PRE="$("$PYTHON" -W ignore - <<'PY' 2>&1
 import torch
 from attnprof.profiler.measure import devices
 if not torch.version.cuda:
@@ -68,8 +68,8 @@ if n < 1:
 print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, {n} GPU(s)")
 PY
 )" || { say "gpu_check: stopped: $(echo "$PRE" | tail -1)"; exit 2; }
-    say "gpu_check: $PRE"
 fi
+say "gpu_check: $MODE; $("$PYTHON" -V 2>&1); deadline ${DEADLINE_S} s; $(date -u +%Y-%m-%dT%H:%M:%SZ)${PRE:+; $PRE}"
 
 stage() {  # stage NAME CAP_S FUNCTION: run under min(cap, time left), log, one summary line
     local name="$1" cap="$2" fn="$3" left limit start rc status headline
