@@ -15,6 +15,14 @@ import multiprocessing as mp
 import os
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask), else the machine's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def single_threaded() -> None:
     """Initializer of a forked worker: one intra-op thread (see the module docstring)."""
     import torch
@@ -64,9 +72,11 @@ def autograd_threads_running() -> bool:
     names); off Linux, whether this torch could have started them (a CUDA build)."""
     import glob
 
+    from attnprof.profiler.measure.devices import cuda_compiled
+
     names = glob.glob(f"/proc/{os.getpid()}/task/*/comm")
     if not names:
-        return cuda_build()
+        return cuda_compiled()
     for path in names:
         try:
             with open(path, encoding="ascii", errors="replace") as fh:
@@ -75,12 +85,6 @@ def autograd_threads_running() -> bool:
         except OSError:
             continue  # a thread that just ended
     return False
-
-
-def cuda_build() -> bool:
-    import torch
-
-    return bool(torch.cuda._is_compiled())
 
 
 def autograd_fork_safe() -> bool:

@@ -35,7 +35,9 @@ def environment(out: Path, dry_run: bool) -> int:
            "python": sys.version.split()[0], "nvml": nvml_available()[1], **device_environment(device)}
     if not dry_run:
         env["probe"] = devices.probe()
-    gpu = _table_entry(env.get("device_name") or "")
+    from attnprof.profiler.gpu.table import by_device_name
+
+    gpu = by_device_name(env.get("device_name") or "")
     if gpu is None and dry_run:  # the model's code still runs: for the GPU sessions are lent
         from attnprof.profiler.gpu.table import get_gpu
 
@@ -63,16 +65,6 @@ def environment(out: Path, dry_run: bool) -> int:
         print(f"device name or driver missing: {env.get('note')}", file=sys.stderr)
         return 1
     return 0
-
-
-def _table_entry(device_name: str):
-    from attnprof.profiler.gpu.table import load_gpus
-
-    name = device_name.lower()
-    for spec in load_gpus().values():
-        if spec.name.lower() == name:
-            return spec
-    return None
 
 
 COLUMNS = ["variant", "mode", "scope", "seq_len", "dtype", "status", "measured_by", "predicted_peak_bytes",

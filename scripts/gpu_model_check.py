@@ -74,13 +74,13 @@ def measure(spec) -> dict:
 
 
 def pick_gpu(name: str | None, device_name: str):
-    from attnprof.profiler.gpu.table import get_gpu, load_gpus
+    from attnprof.profiler.gpu.table import by_device_name, get_gpu
 
     if name:
         return get_gpu(name)
-    for spec in load_gpus().values():
-        if spec.name.lower() == device_name.lower():
-            return spec
+    spec = by_device_name(device_name)
+    if spec is not None:
+        return spec
     raise SystemExit(f"no GPU table entry named {device_name!r}; pass --gpu KEY or add one (ATTNPROF_GPUS)")
 
 

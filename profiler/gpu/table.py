@@ -254,6 +254,15 @@ def get_gpu(name: str, table: Optional[dict] = None) -> GpuSpec:
     return spec
 
 
+def by_device_name(device_name: str, table: Optional[dict] = None) -> Optional[GpuSpec]:
+    """The table entry whose ``name`` is this device's (nvidia-smi's spelling, any case), or None."""
+    wanted = (device_name or "").strip().lower()
+    for spec in (load_gpus() if table is None else table).values():
+        if wanted and spec.name.lower() == wanted:
+            return spec
+    return None
+
+
 def resolve_gpus(names: Iterable[str], gpu_files: Iterable[Union[str, Path]] = ()) -> list[GpuSpec]:
     """--gpu NAME (repeatable, or comma lists) -> specs, in order, without duplicates."""
     names = [names] if isinstance(names, str) else list(names)

@@ -107,14 +107,15 @@ def run_chains(step: Callable, chains: list, *, workers: int = 1, rank: Callable
 
 
 def _run(step: Callable, chains: list, workers: int, rank: Callable, warm_key: Callable) -> list:
-    from attnprof.profiler.forks import autograd_fork_safe, cuda_build
+    from attnprof.profiler.forks import autograd_fork_safe
+    from attnprof.profiler.measure.devices import cuda_compiled
 
     board = _Board(chains, rank, warm_key)
     mine: set = set()
     # Warm first (the workers inherit what this process imported and cached), except on a CUDA
     # build: there this process's first backward starts autograd's device threads, after which
     # no forked worker can run backward (profiler/forks.py). Then the workers warm themselves.
-    if not cuda_build() or not autograd_fork_safe():
+    if not cuda_compiled() or not autograd_fork_safe():
         first = board.take(mine, wait=False)
         if first is None:
             return board.answers
@@ -192,13 +193,12 @@ def _feed(board: _Board, proc, conn) -> None:
         board.give(i, result)
 
 
-def _serve(conn, step: Callable, parent: int, parents_end=None) -> None:
+def _serve(conn, step: Callable, parent: int, parents_end) -> None:
     """A worker: steps until it is sent None (or its parent is gone, however it went)."""
     from attnprof.profiler.forks import worker_lifeline, single_threaded
 
     worker_lifeline(parent)  # SIGKILL of the parent kills this worker; SIGINT is the parent's to handle
-    if parents_end is not None:
-        parents_end.close()  # else this worker holds both ends of its pipe and never sees EOF
+    parents_end.close()  # else this worker holds both ends of its pipe and never sees EOF
     single_threaded()
     while True:
         try:

@@ -47,19 +47,18 @@ def time_model_settings(settings, warn: Callable[[str], None]) -> dict:
 
         rates = machine_rates(timing_threads(settings), warn=warn, announce=warn)
         return {"time_rates": rates.to_dict()} if rates is not None else {}
-    from attnprof.profiler.gpu.table import load_gpus
+    from attnprof.profiler.gpu.table import by_device_name, load_gpus
 
     try:
         table = load_gpus()
     except Exception:  # noqa: BLE001 - a bad ATTNPROF_GPUS file: the sweep still runs, without times
         return {}
-    by_name = {spec.name.lower(): key for key, spec in table.items()}
-    key = by_name.get((settings.device_name or "").lower())
-    if key is None:
+    spec = by_device_name(settings.device_name, table)
+    if spec is None:
         warn(f"note: no time model for {settings.device_name or settings.device!r}: not in the GPU table "
              f"(attnprof gpus); records get no predicted times")
         return {}
-    return {"time_gpu": key}
+    return {"time_gpu": spec.key}
 
 
 def rates_for_point(settings: dict, point: Point):

@@ -10,9 +10,9 @@ budget search schedules each of its predictions so (runner/chains.py).
 from __future__ import annotations
 
 import math
-import os
 from typing import Callable, Hashable, Optional
 
+from attnprof.profiler.forks import usable_cores
 from attnprof.profiler.measure.accounting import predict
 from attnprof.profiler.measure.workload import scope_note
 from attnprof.profiler.runner.chains import run_chains
@@ -42,13 +42,6 @@ def prediction_record(point: Point, rates=None) -> dict:
             "flops_fwd": acc.flops_fwd, "flops_bwd": acc.flops_bwd, "flops": acc.flops_fwd + acc.flops_bwd,
             **time_fields(point, acc.op_costs, rates),
             "prediction_method": acc.method, "prediction_cached": acc.cached, "predict_ms": round(acc.wall_ms, 1)}
-
-
-def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def spread(fn: Callable, tasks: list, workers: Optional[int] = None,

@@ -47,9 +47,9 @@ def warm_up() -> None:
     # On a CUDA build, forward only: a backward here would start autograd's device threads, and
     # then no worker forked from here could run one (profiler/forks.py). Each worker's first
     # backward pays for its own imports instead.
-    from attnprof.profiler.forks import cuda_build
+    from attnprof.profiler.measure.devices import cuda_compiled
 
-    forward_only = cuda_build()
+    forward_only = cuda_compiled()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

@@ -13,7 +13,8 @@ import time
 import psutil
 import pytest
 
-from attnprof.profiler.runner.executors.local import LocalExecutor, usable_cores
+from attnprof.profiler.forks import usable_cores
+from attnprof.profiler.runner.executors.local import LocalExecutor
 from attnprof.profiler.runner.interrupts import Interrupts
 from attnprof.profiler.runner.sweep import SweepSettings
 

@@ -15,18 +15,12 @@ import os
 import socket
 from typing import Callable, Optional
 
+from attnprof.profiler.forks import usable_cores
 from attnprof.profiler.records import Point
 from attnprof.profiler.runner.errors import SweepError
 from attnprof.profiler.runner.executors.base import Executor, Finished
 from attnprof.profiler.runner.interrupts import Interrupts
 from attnprof.profiler.runner.isolation import PointRunner, wait_for
-
-
-def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def visible_gpus() -> list[str]:
