@@ -11,17 +11,9 @@ import pytest
 from attnprof import api
 from attnprof.arguments import ArgumentError, checked
 from attnprof.errors import UserError
+from gpu_samples import MY_CARD_TOML
 
-GPU_FILE = """
-[gpus.my-card]
-name = "My Card"
-memory_bytes = 17_179_869_184
-bandwidth_bytes_per_s = 1.0e12
-compute_capability = "8.6"
-sm_count = 84
-tflops = { fp32 = 35.6, tf32 = 71.0, bf16 = 142.0, fp16 = 142.0 }
-source = "my datasheet"
-"""
+GPU_FILE = MY_CARD_TOML
 
 
 @pytest.mark.parametrize("call,words", [

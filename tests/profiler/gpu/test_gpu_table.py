@@ -12,19 +12,11 @@ from attnprof.cli import app
 from attnprof.errors import UserError
 from attnprof.profiler.gpu.table import (ENV_VAR, GpuTableError, UnknownGpu, get_gpu, load_gpus, read_table,
                                          resolve_gpus)
+from gpu_samples import MY_CARD_TOML
 
 runner = CliRunner()
 REQUIRED_GPUS = ("a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200", "l4", "l40s", "rtx4090")
-GOOD = """
-[gpus.my-card]
-name = "My Card"
-memory_bytes = 17_179_869_184
-bandwidth_bytes_per_s = 1.0e12
-compute_capability = "8.6"
-sm_count = 84
-tflops = { fp32 = 35.6, tf32 = 71.0, bf16 = 142.0, fp16 = 142.0 }
-source = "my datasheet"
-"""
+GOOD = MY_CARD_TOML
 
 
 @pytest.fixture(autouse=True)

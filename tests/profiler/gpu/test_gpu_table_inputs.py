@@ -12,17 +12,9 @@ import pytest
 
 from attnprof.profiler.gpu.table import (BOUNDS, BUILTIN_FILE, ENV_VAR, MAX_FILE_BYTES, GpuTableError, format_gpus,
                                          load_gpus, read_table)
+from gpu_samples import MY_CARD_TOML
 
-GOOD = """
-[gpus.my-card]
-name = "My Card"
-memory_bytes = 17_179_869_184
-bandwidth_bytes_per_s = 1.0e12
-compute_capability = "8.6"
-sm_count = 84
-tflops = { fp32 = 35.6, tf32 = 71.0, bf16 = 142.0, fp16 = 142.0 }
-source = "my datasheet"
-"""
+GOOD = MY_CARD_TOML
 
 
 @pytest.fixture(autouse=True)
