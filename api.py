@@ -160,13 +160,13 @@ class Predictions:
                                           if "gpu" in r else r for r in self.records],
                            gpus=[self.gpu_labels.get(k, k) for k in self.gpus], gpu_labels={}).table()
         if self.sort == "time":
-            from attnprof.profiler.timemodel.format import format_ranking
+            from attnprof.profiler.timemodel.time_format import format_ranking
 
             return format_ranking(self.records, gpus=self.gpus, memory_limit_bytes=self.memory_limit_bytes)
         if not self.gpus:
             text = format_table(self.records, self.budget_bytes)
             if self.budget_bytes is None:
-                from attnprof.profiler.timemodel.format import format_time_table
+                from attnprof.profiler.timemodel.time_format import format_time_table
 
                 text += "\n\n" + format_time_table([r for r in self.records if r.get("status") == "ok"])
             return text
@@ -291,10 +291,10 @@ def _named_gpus(gpus, gpu_files) -> list:
 
 @checked
 def gpu_table(gpus: Union[str, Sequence[str], None] = None, gpu_files: Sequence[PathLike] = ()) -> list:
-    """GPU specs (``attnprof.profiler.gpu.table.GpuSpec``): the named ones, in order, or every
+    """GPU specs (``attnprof.profiler.hardware.gpus.GpuSpec``): the named ones, in order, or every
     known GPU. Known = the built-in table, ATTNPROF_GPUS's files, then ``gpu_files``. An
     unknown name or a bad file is a one-line UserError. Imports no torch."""
-    from attnprof.profiler.gpu.table import load_gpus, resolve_gpus
+    from attnprof.profiler.hardware.gpus import load_gpus, resolve_gpus
 
     if gpus:
         return resolve_gpus([gpus] if isinstance(gpus, str) else list(gpus), gpu_files)
@@ -315,7 +315,7 @@ class CalibrationRun:
         return {**self.calibration.to_dict(), "cached": self.cached, "path": str(self.path)}
 
     def text(self) -> str:
-        from attnprof.profiler.timemodel.format import format_calibration
+        from attnprof.profiler.timemodel.time_format import format_calibration
 
         return format_calibration(self.calibration, self.cached, self.path)
 
@@ -487,7 +487,7 @@ def _check_ray_address(ray_address: Optional[str]) -> None:
 @checked
 def default_memory_limit(device: str) -> int:
     """What a sweep may plan for: 80% of available RAM, or the GPU's total memory."""
-    from attnprof.profiler.measure.gpu import default_memory_limit_bytes
+    from attnprof.profiler.measure.host import default_memory_limit_bytes
 
     return default_memory_limit_bytes(device)
 

@@ -151,7 +151,7 @@ NoCacheOpt = Annotated[bool, typer.Option(
 GPU_MODEL = "GPU memory model"
 GpuFileOpt = Annotated[Optional[List[Path]], typer.Option(
     "--gpu-file", metavar="PATH", rich_help_panel=GPU_MODEL, show_default=False,
-    help="a TOML file of more GPUs, in the form of attnprof/profiler/gpu/gpus.toml (repeatable; "
+    help="a TOML file of more GPUs, in the form of attnprof/profiler/hardware/gpus.toml (repeatable; "
          "also ATTNPROF_GPUS=path.toml)")]
 GpuOpt = Annotated[Optional[List[str]], typer.Option(
     "--gpu", metavar="NAME", rich_help_panel=GPU_MODEL, show_default=False,
@@ -221,7 +221,7 @@ def gpus(gpu_file: GpuFileOpt = None, as_json: JsonOpt = False):
 
         typer.echo(json.dumps([g.to_dict() for g in found], indent=1))
         return
-    from attnprof.profiler.gpu.table import format_gpus
+    from attnprof.profiler.hardware.gpus import format_gpus
 
     typer.echo(format_gpus({g.key: g for g in found}))
 

@@ -15,6 +15,13 @@ import multiprocessing as mp
 import os
 
 
+def cuda_compiled() -> bool:
+    """Whether this torch is a CUDA build (asks no device: nothing here poisons fork)."""
+    import torch
+
+    return bool(torch.cuda._is_compiled())
+
+
 def usable_cores() -> int:
     """The cores this process may run on (its affinity mask), else the machine's."""
     try:
@@ -32,12 +39,12 @@ def single_threaded() -> None:
 
 def worker_lifeline(parent: int) -> None:
     """First thing in a forked worker: it dies with ``parent`` (SIGKILL included: the
-    kernel's parent-death signal, runner/lifeline.py), ignores Ctrl-C (the parent decides)
+    kernel's parent-death signal, profiler/lifeline.py), ignores Ctrl-C (the parent decides)
     and takes SIGTERM's default back (the parent's handler raises KeyboardInterrupt, which
     in a worker would only print a traceback)."""
     import signal
 
-    from attnprof.profiler.runner.lifeline import die_with_parent
+    from attnprof.profiler.lifeline import die_with_parent
 
     die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -71,8 +78,6 @@ def autograd_threads_running() -> bool:
     """Whether autograd's device threads run in this process (read off /proc: the threads'
     names); off Linux, whether this torch could have started them (a CUDA build)."""
     import glob
-
-    from attnprof.profiler.measure.devices import cuda_compiled
 
     names = glob.glob(f"/proc/{os.getpid()}/task/*/comm")
     if not names:

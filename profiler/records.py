@@ -194,7 +194,7 @@ class PointRecord:
     nvml_process_peak_bytes: Optional[int] = None  # this process, where NVML can tell
     nvml_baseline_bytes: Optional[int] = None  # CUDA context + torch before the point
     nvml_note: str = ""
-    gpu_sdpa_backend_measured: str = ""  # CUDA: the SDPA kernel(s) torch ran (measure/sdpa_spy.py), "" if none
+    gpu_sdpa_backend_measured: str = ""  # CUDA: the SDPA kernel(s) torch ran (gpumeasure/sdpa_spy.py), "" if none
     cudnn_version: Optional[int] = None  # CUDA: torch.backends.cudnn.version() of the measuring process
     rss_peak_bytes: Optional[int] = None  # sampled resident set size during the memory pass
     rss_baseline_bytes: Optional[int] = None  # RSS just before the memory pass

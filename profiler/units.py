@@ -129,3 +129,11 @@ def mpl_text(text) -> str:
     """A label matplotlib shows verbatim: '$' would start mathtext (and can fail to parse);
     control characters are spelled out (``printable``)."""
     return printable(text).replace("$", r"\$")
+
+
+def text_table(head: list, rows: list) -> list[str]:
+    """A terminal table's lines: ``head`` then ``rows``, columns padded to their widest cell
+    and two spaces apart; every cell is ``printable`` (names spelled out, never run)."""
+    rows = [[printable(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    return ["  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip() for r in [head, *rows]]

@@ -268,8 +268,10 @@ def _model_source_hash() -> str:
         h = hashlib.sha256()
         gpu = Path(package.__file__).parent
         time_model = gpu.parent / "timemodel"  # the gpu_time_* figures come from it
-        for path in [gpu / n for n in ("allocator.py", "kernels.py", "model.py", "trace.py")] + \
-                [time_model / n for n in ("constants.py", "kernels.py", "model.py", "rates.py", "fields.py")]:
+        memmodel = gpu.parent / "memmodel"
+        for path in [memmodel / n for n in ("caching_allocator.py", "sdpa_kernels.py")] + \
+                [gpu / n for n in ("model.py", "trace.py")] + \
+                [time_model / n for n in ("constants.py", "op_classes.py", "roofline.py", "rates.py", "fields.py")]:
             try:
                 h.update(path.read_bytes())
             except OSError:

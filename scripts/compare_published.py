@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnprof.errors import UserError
-from attnprof.profiler.gpu.table import load_gpus, get_gpu
+from attnprof.profiler.hardware.gpus import load_gpus, get_gpu
 from attnprof.profiler.records import Point, Shape, canonical_dtype
 from attnprof.reports import time_accuracy as ta
 
@@ -93,7 +93,7 @@ def why_skipped(fig: dict) -> str:
 def predicted_ms(fig: dict, gpus: dict) -> tuple[float | None, str]:
     """(the time model's time for the figure's pass, the SDPA backend it costed)."""
     from attnprof.profiler.measure.accounting import predict
-    from attnprof.profiler.timemodel.model import predict_time
+    from attnprof.profiler.timemodel.roofline import predict_time
     from attnprof.profiler.timemodel.rates import gpu_rates
 
     variant, backend = KERNELS[fig["kernel"]]

@@ -25,9 +25,10 @@ SDPA_SHAPES = [("bfloat16", 64), ("float32", 64)]
 def environment(out: Path, dry_run: bool) -> int:
     import torch
 
-    from attnprof.profiler.measure import devices
-    from attnprof.profiler.measure.gpu import device_environment, nvml_available
-    from attnprof.profiler.measure.sdpa_spy import SdpaSpy
+    from attnprof.profiler.gpumeasure import devices
+    from attnprof.profiler.gpumeasure.nvml import nvml_available
+    from attnprof.profiler.gpumeasure.sdpa_spy import SdpaSpy
+    from attnprof.profiler.measure.host import device_environment
 
     device = "cpu" if dry_run else "cuda"
     env = {"dry_run": dry_run, "torch": torch.__version__, "cuda": torch.version.cuda,
@@ -35,11 +36,11 @@ def environment(out: Path, dry_run: bool) -> int:
            "python": sys.version.split()[0], "nvml": nvml_available()[1], **device_environment(device)}
     if not dry_run:
         env["probe"] = devices.probe()
-    from attnprof.profiler.gpu.table import by_device_name
+    from attnprof.profiler.hardware.gpus import by_device_name
 
     gpu = by_device_name(env.get("device_name") or "")
     if gpu is None and dry_run:  # the model's code still runs: for the GPU sessions are lent
-        from attnprof.profiler.gpu.table import get_gpu
+        from attnprof.profiler.hardware.gpus import get_gpu
 
         gpu = get_gpu("h200")
     env["gpu_table_key"] = gpu.key if gpu else None
@@ -50,7 +51,7 @@ def environment(out: Path, dry_run: bool) -> int:
             torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True).sum().backward()
         model = ""
         if gpu is not None:
-            from attnprof.profiler.gpu.sdpa_choice import choose_sdpa_backend
+            from attnprof.profiler.memmodel.sdpa_choice import choose_sdpa_backend
 
             model = choose_sdpa_backend(gpu, dtype, head_dim).backend
         backends[f"{dtype}/d{head_dim}"] = {"torch": spy.summary(), "model": model}

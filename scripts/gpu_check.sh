@@ -59,7 +59,7 @@ if [ "$DRY" = 1 ]; then MODE="dry run on the CPU: CUDA and NVML parts skipped"; 
 if [ "$DRY" = 0 ]; then  # stop at once, in one line, where there is nothing to check
     PRE="$("$PYTHON" -W ignore - <<'PY' 2>&1
 import torch
-from attnprof.profiler.measure import devices
+from attnprof.profiler.gpumeasure import devices
 if not torch.version.cuda:
     raise SystemExit(f"torch {torch.__version__} is not a CUDA build (torch.version.cuda is None)")
 n = devices.device_count()

@@ -4,7 +4,7 @@
 
 Each point is measured in a fresh process (a clean allocator and CUDA context): the CUDA
 context alone as NVML sees it (``nvml_context_bytes``), then the point's step with the
-sweep's own memory pass (``profiler/measure/gpu.cuda_memory_pass``: allocator allocated
+sweep's own memory pass (``profiler/gpumeasure/allocator_pass.cuda_memory_pass``: allocator allocated
 and reserved peaks, NVML process peak), then the SDPA backend torch actually picked (the
 grad_fn of a probe call with the same head_dim and dtype). The parent predicts the same
 points with the GPU memory model (``attnprof.profiler.gpu``; fake tensors, on the CPU)
@@ -53,7 +53,8 @@ def measure(spec) -> dict:
     import torch
     import torch.nn.functional as F
 
-    from attnprof.profiler.measure.gpu import NvmlSampler, cuda_memory_pass
+    from attnprof.profiler.gpumeasure.allocator_pass import cuda_memory_pass
+    from attnprof.profiler.gpumeasure.nvml import NvmlSampler
     from attnprof.profiler.measure.workload import Workload
 
     torch.cuda.synchronize()  # creates the CUDA context, allocates nothing through the allocator
@@ -74,7 +75,7 @@ def measure(spec) -> dict:
 
 
 def pick_gpu(name: str | None, device_name: str):
-    from attnprof.profiler.gpu.table import by_device_name, get_gpu
+    from attnprof.profiler.hardware.gpus import by_device_name, get_gpu
 
     if name:
         return get_gpu(name)

@@ -115,8 +115,7 @@ def _tiny_trace(mode_cls) -> tuple:
     from attnprof.profiler.measure.fakemode import light_dynamo
     from attnprof.profiler.measure.tracker import MemoryTracker
 
-    from attnprof.profiler.forks import autograd_fork_safe
-    from attnprof.profiler.measure.devices import cuda_compiled
+    from attnprof.profiler.forks import autograd_fork_safe, cuda_compiled
 
     # On a CUDA build a backward would start autograd's device threads, after which this
     # process could fork no worker that runs one (profiler/forks.py): check forward ops then.

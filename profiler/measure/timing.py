@@ -6,7 +6,7 @@ there), then ``repeats`` timed iterations, each kept as a raw sample. A single r
 never reported: callers keep the samples and derive median and spread
 (``summarize``), flagging noisy points the way torch.utils.benchmark does.
 
-Memory is measured in its own pass (profiler/measure/gpu.py), never during this loop.
+Memory is measured in its own pass (profiler/gpumeasure/allocator_pass.py), never during this loop.
 """
 
 from __future__ import annotations

@@ -107,8 +107,7 @@ def run_chains(step: Callable, chains: list, *, workers: int = 1, rank: Callable
 
 
 def _run(step: Callable, chains: list, workers: int, rank: Callable, warm_key: Callable) -> list:
-    from attnprof.profiler.forks import autograd_fork_safe
-    from attnprof.profiler.measure.devices import cuda_compiled
+    from attnprof.profiler.forks import autograd_fork_safe, cuda_compiled
 
     board = _Board(chains, rank, warm_key)
     mine: set = set()

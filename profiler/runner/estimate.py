@@ -47,7 +47,7 @@ def time_model_settings(settings, warn: Callable[[str], None]) -> dict:
 
         rates = machine_rates(timing_threads(settings), warn=warn, announce=warn)
         return {"time_rates": rates.to_dict()} if rates is not None else {}
-    from attnprof.profiler.gpu.table import by_device_name, load_gpus
+    from attnprof.profiler.hardware.gpus import by_device_name, load_gpus
 
     try:
         table = load_gpus()
@@ -68,8 +68,8 @@ def rates_for_point(settings: dict, point: Point):
     if settings.get("time_rates"):
         return rates_from_dict(settings["time_rates"])
     if settings.get("time_gpu"):
-        from attnprof.profiler.gpu.kernels import choose_sdpa_backend
-        from attnprof.profiler.gpu.table import get_gpu
+        from attnprof.profiler.hardware.gpus import get_gpu
+        from attnprof.profiler.memmodel.sdpa_choice import choose_sdpa_backend
         from attnprof.profiler.timemodel.rates import gpu_rates
 
         gpu = get_gpu(settings["time_gpu"])

@@ -45,7 +45,7 @@ def environment(device: str) -> dict:
         "torch_threads": torch.get_num_threads(),
     }
     try:
-        from attnprof.profiler.measure.gpu import device_environment
+        from attnprof.profiler.measure.host import device_environment
 
         env.update(device_environment(device))
     except ImportError:

@@ -47,7 +47,7 @@ def warm_up() -> None:
     # On a CUDA build, forward only: a backward here would start autograd's device threads, and
     # then no worker forked from here could run one (profiler/forks.py). Each worker's first
     # backward pays for its own imports instead.
-    from attnprof.profiler.measure.devices import cuda_compiled
+    from attnprof.profiler.forks import cuda_compiled
 
     forward_only = cuda_compiled()
     threads = torch.get_num_threads()
@@ -124,7 +124,7 @@ def watch(ctl: socket.socket, pid: int) -> Optional[int]:
 
 
 def main(argv: list[str]) -> None:
-    from attnprof.profiler.runner.lifeline import die_with_parent
+    from attnprof.profiler.lifeline import die_with_parent
 
     parent, fd = int(argv[1]), int(argv[2])
     die_with_parent(parent)  # first: before the slow imports, the sweep may already be gone

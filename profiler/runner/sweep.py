@@ -174,7 +174,7 @@ def run_sweep(scenario: Scenario, out_dir: Path, settings: SweepSettings, *, res
     SIGTERM; raises SweepError (exit 2) when it cannot start, StorageError (exit 1)
     when the folder cannot be written; every record written before is kept either way.
     """
-    from attnprof.profiler.measure.devices import prefer_pci_bus_order
+    from attnprof.profiler.gpumeasure.devices import prefer_pci_bus_order
 
     out_dir = Path(out_dir)
     plan = series(scenario)  # a PlanError before anything is created
@@ -414,9 +414,9 @@ def _stop_reason(record: dict) -> Optional[str]:
 
 
 def resolve_device(device: str) -> str:
-    """auto -> cuda or cpu. Asked without initialising CUDA here (measure/devices.py): this
+    """auto -> cuda or cpu. Asked without initialising CUDA here (gpugpumeasure/devices.py): this
     process forks prediction workers, which a CUDA query would poison."""
-    from attnprof.profiler.measure import devices
+    from attnprof.profiler.gpumeasure import devices
 
     if device == "auto":
         return "cuda" if devices.cuda_available() else "cpu"

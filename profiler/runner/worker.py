@@ -26,7 +26,7 @@ import torch
 from attnprof.profiler.measure.accounting import account, predict
 from attnprof.profiler.runner.estimate import add_time_fields
 from attnprof.profiler.records import Point, PointRecord
-from attnprof.profiler.runner.lifeline import die_with_parent
+from attnprof.profiler.lifeline import die_with_parent
 from attnprof.profiler.units import fmt_bytes
 from attnprof.profiler.measure.workload import Workload, scope_note
 
@@ -80,7 +80,7 @@ def _base_record(point: Point, device: str, device_name: str) -> PointRecord:
 def local_device_name(device: str) -> str:
     """The name of the device this process measures on: the GPU's (NVML first: no CUDA
     context just to ask), or the CPU model. For a worker on a node the sweep cannot see."""
-    from attnprof.profiler.measure.gpu import device_environment
+    from attnprof.profiler.measure.host import device_environment
 
     env = device_environment(device)
     if str(device).startswith("cuda"):
@@ -92,7 +92,7 @@ def memory_limit(settings: dict) -> int | None:
     """--mem-limit, or without it (``mem_limit_from_device``) this device's own memory."""
     limit = settings.get("mem_limit_bytes")
     if limit is None and settings.get("mem_limit_from_device"):
-        from attnprof.profiler.measure.gpu import default_memory_limit_bytes
+        from attnprof.profiler.measure.host import default_memory_limit_bytes
 
         limit = default_memory_limit_bytes(settings["device"])
     return limit
@@ -152,8 +152,8 @@ def _cpu_memory_pass(point: Point, record: PointRecord) -> None:
 
 
 def _cuda_memory_pass(point: Point, record: PointRecord, device: str) -> None:
-    from attnprof.profiler.measure.gpu import cuda_memory_pass
-    from attnprof.profiler.measure.sdpa_spy import SdpaSpy
+    from attnprof.profiler.gpumeasure.allocator_pass import cuda_memory_pass
+    from attnprof.profiler.gpumeasure.sdpa_spy import SdpaSpy
 
     torch.manual_seed(0)
     work = Workload(point, device)

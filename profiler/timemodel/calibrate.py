@@ -284,7 +284,7 @@ def describe_machine(threads: Optional[int] = None) -> tuple[str, str, str, int]
     """(host, CPU model, torch version, threads): the calibration's cache key."""
     import torch
 
-    from attnprof.profiler.measure.gpu import device_environment
+    from attnprof.profiler.measure.host import device_environment
 
     return (socket.gethostname(), device_environment("cpu").get("cpu") or "cpu", torch.__version__,
             threads or torch.get_num_threads())

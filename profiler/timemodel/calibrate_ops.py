@@ -171,7 +171,7 @@ def _kernel_counts(model, x) -> tuple[int, int]:
     """(forward, backward) aten ops of one step that the time model counts as kernels (not views)."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from attnprof.profiler.timemodel.kernels import kernel_class
+    from attnprof.profiler.timemodel.op_classes import kernel_class
 
     class Count(TorchDispatchMode):
         n = 0

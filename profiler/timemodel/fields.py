@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Optional
 
 from attnprof.profiler.records import Point
-from attnprof.profiler.timemodel.model import TimePrediction, predict_time
+from attnprof.profiler.timemodel.roofline import TimePrediction, predict_time
 from attnprof.profiler.timemodel.rates import Rates
 
 TIME_FIELDS = ("predicted_time_fwd_ms", "predicted_time_bwd_ms")

@@ -12,7 +12,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
-from attnprof.profiler.gpu.table import GpuSpec
+from attnprof.profiler.hardware.gpus import GpuSpec
 from attnprof.profiler.timemodel import constants as C
 from attnprof.profiler.timemodel.calibrate_ops import MMAP_THRESHOLD_BYTES, OP_OF_KERNEL  # imports no torch
 

@@ -15,7 +15,7 @@ import pytest
 from attnprof import api
 from attnprof.errors import UserError
 from attnprof.profiler.gpu.model import gpu_capacity_predictions, predict_gpu, TraceCache
-from attnprof.profiler.gpu.table import ENV_VAR, resolve_gpus
+from attnprof.profiler.hardware.gpus import ENV_VAR, resolve_gpus
 from attnprof.profiler.measure.accounting import predict
 from attnprof.profiler.records import Point, PointRecord, Shape
 from attnprof.profiler.runner.plan import series, shape_at

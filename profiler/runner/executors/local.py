@@ -28,7 +28,7 @@ def visible_gpus() -> list[str]:
     listed = os.environ.get("CUDA_VISIBLE_DEVICES")
     if listed is not None:
         return [entry.strip() for entry in listed.split(",") if entry.strip()]
-    from attnprof.profiler.measure.devices import device_count  # never torch.cuda here: this process forks
+    from attnprof.profiler.gpumeasure.devices import device_count  # never torch.cuda here: this process forks
 
     return [str(i) for i in range(device_count())]
 
@@ -76,7 +76,7 @@ class LocalExecutor(Executor):
         return [({}, {}, {"device": "cpu"})]
 
     def _gpu_slot(self, index: int, entry: str) -> tuple[dict, dict, dict]:
-        from attnprof.profiler.measure.gpu import default_memory_limit_bytes, device_environment
+        from attnprof.profiler.measure.host import default_memory_limit_bytes, device_environment
 
         env = {"CUDA_VISIBLE_DEVICES": entry, "CUDA_DEVICE_ORDER": os.environ.get("CUDA_DEVICE_ORDER", "PCI_BUS_ID")}
         name = device_environment(f"cuda:{index}").get("device_name") or ""

@@ -211,7 +211,7 @@ def describe_nodes(nodes: list[dict]) -> list[dict]:
 # --- the task -----------------------------------------------------------------------------------
 def point_task(point: Point, settings: dict):
     """Runs in a Ray worker (a fresh process): say where it runs, then measure the point."""
-    from attnprof.profiler.measure.devices import prefer_pci_bus_order
+    from attnprof.profiler.gpumeasure.devices import prefer_pci_bus_order
 
     prefer_pci_bus_order()  # first: device numbering is fixed when CUDA starts, so before any torch work
 

@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 from attnprof import api
 from attnprof.cli import app
 from attnprof.profiler.gpu.model import GPU_FIELDS, TraceCache, predict_gpu
-from attnprof.profiler.gpu.table import ENV_VAR, get_gpu
+from attnprof.profiler.hardware.gpus import ENV_VAR, get_gpu
 from attnprof.profiler.measure.accounting import predict
 from attnprof.profiler.records import Point, PointRecord, Shape
 

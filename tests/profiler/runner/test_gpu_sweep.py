@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from attnprof.profiler.measure import devices
+from attnprof.profiler.gpumeasure import devices
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not devices.cuda_available(), reason="needs a CUDA device")]
 

@@ -6,7 +6,7 @@ import pytest
 
 from attnprof.profiler.timemodel import calibrate, calibrate_ops, machine
 from attnprof.profiler.timemodel.calibrate import Calibration, CalibrationError
-from attnprof.profiler.timemodel.model import predict_time
+from attnprof.profiler.timemodel.roofline import predict_time
 from attnprof.profiler.timemodel.rates import cpu_rates
 
 BASE = dict(gemm_flops_per_s={"float32": 1e11}, attention_fwd_flops_per_s={"float32": 5e10},

@@ -3,11 +3,11 @@ from the calibrated thin-GEMM table, and used by the model (a GPU keeps one effi
 
 import pytest
 
-from attnprof.profiler.gpu.table import get_gpu
+from attnprof.profiler.hardware.gpus import get_gpu
 from attnprof.profiler.measure.accounting import predict
 from attnprof.profiler.records import Point, Shape
 from attnprof.profiler.timemodel import constants as C
-from attnprof.profiler.timemodel.model import gemm_inner_dim, predict_time
+from attnprof.profiler.timemodel.roofline import gemm_inner_dim, predict_time
 from attnprof.profiler.timemodel.rates import Rates, gpu_rates, interpolate_log
 
 THIN = Rates(device="test cpu", kind="cpu", peak_flops_per_s={"float32": 2e11}, bandwidth_bytes_per_s=1e12,

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from attnprof.cli import app
 from attnprof.errors import UserError
-from attnprof.profiler.gpu.table import (ENV_VAR, GpuTableError, UnknownGpu, get_gpu, load_gpus, read_table,
+from attnprof.profiler.hardware.gpus import (ENV_VAR, GpuTableError, UnknownGpu, get_gpu, load_gpus, read_table,
                                          resolve_gpus)
 from gpu_samples import MY_CARD_TOML
 

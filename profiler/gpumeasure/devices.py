@@ -11,7 +11,7 @@ So this module answers from, in order: nothing (a CPU build of torch has no CUDA
 process (if CUDA is initialised here already, asking costs nothing more); NVML, through
 torch's own NVML count (which honours CUDA_VISIBLE_DEVICES, indices, UUIDs and MIG,
 and poisons nothing); and otherwise a throw-away Python process (``python -m
-attnprof.profiler.measure.devices``) that asks torch and prints JSON. Answers are kept
+attnprof.profiler.gpumeasure.devices``) that asks torch and prints JSON. Answers are kept
 per CUDA_VISIBLE_DEVICES value. tests/profiler/test_no_cuda_before_fork.py checks it.
 """
 
@@ -23,6 +23,8 @@ import subprocess
 import sys
 from typing import Optional
 
+from attnprof.profiler.forks import cuda_compiled  # noqa: F401  (devices.cuda_compiled: the same question)
+
 PROBE_TIMEOUT_S = 120.0  # importing torch on a cold, loaded machine, plus CUDA's start
 _answers: dict = {}  # CUDA_VISIBLE_DEVICES -> probe answer
 
@@ -32,12 +34,6 @@ def prefer_pci_bus_order(env: Optional[dict] = None) -> None:
     them agree. Call before any CUDA work in a process (or on a child's environment);
     a user's own choice is kept."""
     (os.environ if env is None else env).setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
-
-
-def cuda_compiled() -> bool:
-    import torch
-
-    return bool(torch.cuda._is_compiled())
 
 
 def device_count() -> int:

@@ -10,7 +10,7 @@ import tomllib
 
 import pytest
 
-from attnprof.profiler.gpu.table import (BOUNDS, BUILTIN_FILE, ENV_VAR, MAX_FILE_BYTES, GpuTableError, format_gpus,
+from attnprof.profiler.hardware.gpus import (BOUNDS, BUILTIN_FILE, ENV_VAR, MAX_FILE_BYTES, GpuTableError, format_gpus,
                                          load_gpus, read_table)
 from gpu_samples import MY_CARD_TOML
 

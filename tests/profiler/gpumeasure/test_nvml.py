@@ -217,7 +217,7 @@ def test_handle_through_cuda_visible_devices(monkeypatch):
 
 
 def test_pci_bus_order_is_the_default_and_a_user_choice_is_kept(monkeypatch):
-    from attnprof.profiler.measure import devices
+    from attnprof.profiler.gpumeasure import devices
 
     monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
     devices.prefer_pci_bus_order()
@@ -374,7 +374,7 @@ def test_default_memory_limit_cuda_from_nvml_total(monkeypatch):
 
 def test_default_memory_limit_cuda_falls_back_to_torch_in_a_probe_process(monkeypatch, no_nvml):
     """Without NVML, torch answers, but from a throw-away process: asking here would poison fork."""
-    from attnprof.profiler.measure import devices
+    from attnprof.profiler.gpumeasure import devices
 
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: pytest.fail("CUDA initialised in this process"))

@@ -6,16 +6,10 @@ from __future__ import annotations
 from typing import Optional
 
 from attnprof.profiler.records import step_time_ms
-from attnprof.profiler.units import fmt_bytes, fmt_ms, printable
+from attnprof.profiler.units import fmt_bytes, fmt_ms, printable, text_table
 
 CPU_LABEL = "step-time MODEL on this machine's CPU (roofline per op from `attnprof calibrate`'s measurements)"
 GPU_LABEL = "step-time MODEL on {gpu} (roofline per op, datasheet peaks x published efficiencies)"
-
-
-def _table(head: list, rows: list) -> list[str]:
-    rows = [[printable(c) for c in r] for r in rows]  # labels and GPU names: control characters spelled out
-    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
-    return ["  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip() for r in [head, *rows]]
 
 
 def _tokens(value) -> str:
@@ -38,7 +32,7 @@ def format_time_table(records: list[dict]) -> str:
         tps = r["batch"] * r["seq_len"] / (step / 1e3) if step else None
         rows.append([str(r["variant"]), str(r["mode"]), str(r["seq_len"]), str(r["batch"]), fmt_ms(fwd, "-"),
                      fmt_ms(bwd, "-"), fmt_ms(step, "-"), _tokens(tps)])
-    return "\n".join([CPU_LABEL, *_table(head, rows)])
+    return "\n".join([CPU_LABEL, *text_table(head, rows)])
 
 
 def rank(records: list[dict], *, gpu: bool, memory_limit_bytes: Optional[int] = None) -> tuple[list, list]:
@@ -80,7 +74,7 @@ def format_ranking(records: list[dict], *, gpus: list, memory_limit_bytes: Optio
             rows.append([str(i), str(r["variant"]), str(r["mode"]), str(r["seq_len"]), str(r["batch"]),
                          fmt_ms(step, "-"), fmt_ms(fwd, "-"), fmt_ms(bwd, "-"), _tokens(tps), fmt_bytes(memory)])
         lines += [f"ranked by predicted step time (fwd + bwd), fastest first, among those that fit: {where}",
-                  *_table(head, rows)]
+                  *text_table(head, rows)]
         lines += [printable(f"left out: {r['variant']} {r['mode']} n={r['seq_len']}: {why}") for r, why in left]
         lines.append("")
     return "\n".join(lines).rstrip()

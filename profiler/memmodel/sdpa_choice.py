@@ -21,7 +21,7 @@ on the first CUDA dispatch, it moves cuDNN to the front of the order):
   TORCH_CUDNN_SDPA_PREFERRED=0.
 
 docs/gpu.md repeats this. A CUDA sweep records the backend torch actually ran
-(``gpu_sdpa_backend_measured``, profiler/measure/sdpa_spy.py), so the rule is checked on
+(``gpu_sdpa_backend_measured``, profiler/gpumeasure/sdpa_spy.py), so the rule is checked on
 every GPU the project is lent (scripts/gpu_check.sh).
 """
 
@@ -31,7 +31,7 @@ import os
 from dataclasses import dataclass
 from typing import Optional
 
-from attnprof.profiler.gpu.table import GpuSpec
+from attnprof.profiler.hardware.gpus import GpuSpec
 
 BACKENDS = ("flash", "efficient", "cudnn", "math")
 BACKEND_ENV = "ATTNPROF_SDPA_BACKEND"  # force one backend (validation against a GPU run)

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from attnprof.profiler.measure.sdpa_spy import SdpaSpy
+from attnprof.profiler.gpumeasure.sdpa_spy import SdpaSpy
 from attnprof.profiler.records import Point, PointRecord, Shape
 from attnprof.profiler.runner import worker
 
@@ -40,7 +40,7 @@ def test_no_sdpa_no_backend():
 
 def test_a_cuda_memory_pass_records_the_kernel_it_saw(monkeypatch):
     """The worker's CUDA memory pass, its allocator part stood in for by a CPU step."""
-    monkeypatch.setattr("attnprof.profiler.measure.gpu.cuda_memory_pass", lambda step, device: step() or {})
+    monkeypatch.setattr("attnprof.profiler.gpumeasure.allocator_pass.cuda_memory_pass", lambda step, device: step() or {})
     point = Point("sdpa", "plain", "model", Shape(batch=1, seq_len=64, d_model=32, heads=2, layers=1))
     record = PointRecord.for_point(point)
     worker._cuda_memory_pass(point, record, "cpu")

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 from typing import Optional
 
+from attnprof.profiler.aten_ops import GEMM_OPS, op_base
+
 CLASSES = ("gemm", "attention", "elementwise", "reduction", "gather_scatter_sort", "copy", "view")
 DEFAULT_CLASS = "elementwise"
 
-GEMM = frozenset({"mm", "bmm", "addmm", "baddbmm", "addbmm", "_addmm_activation", "addmv", "mv", "dot", "vdot",
-                  "addr", "matmul", "linear", "_scaled_mm", "_int_mm", "einsum", "convolution", "_convolution"})
+GEMM = GEMM_OPS  # matrix multiplies, convolutions (profiler/aten_ops.py: the memory model's cuBLAS ops too)
 ATTENTION = frozenset({
     "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention_for_cpu_backward",
     "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_backward",
@@ -70,12 +71,6 @@ ELEMENTWISE = frozenset({
 
 _TABLE = [(GEMM, "gemm"), (ELEMENTWISE, "elementwise"), (ATTENTION, "attention"), (REDUCTION, "reduction"),
           (GATHER_SCATTER_SORT, "gather_scatter_sort"), (COPY, "copy"), (VIEW, "view")]
-
-
-def op_base(op_name: str) -> str:
-    """'add.Tensor' -> 'add'; 'aten::mm.default' -> 'mm'."""
-    name = op_name.split("::", 1)[-1]
-    return name.split(".", 1)[0]
 
 
 def _lookup(base: str) -> Optional[str]:

@@ -40,7 +40,7 @@ MAX_FILE_BYTES = 1 << 20  # a table of a thousand GPUs is ~500 KiB; anything lar
 # factor of 100 either side of the built-in table's smallest and largest figure
 # (gpus.toml today: bandwidth 0.3 TB/s (L4) to 4.8 TB/s (H200); TFLOP/s, any dtype,
 # 19.5 (A100 fp32) to 989.4 (H100/H200 bf16); SMs 58 (L4) to 142 (L40S), and at least 1).
-# tests/profiler/gpu/test_gpu_table.py derives them again from the table.
+# tests/profiler/hardware/test_gpus.py derives them again from the table.
 BOUNDS = {"memory_bytes": (1 << 30, 16 << 40), "bandwidth_bytes_per_s": (0.3e12 / 100, 4.8e12 * 100),
           "tflops": (19.5 / 100, 989.4 * 100), "sm_count": (1, 142 * 100)}
 
@@ -183,7 +183,7 @@ def read_table(path: Union[str, Path]) -> dict[str, GpuSpec]:
         raise GpuTableError(f"{where}: not valid TOML: {exc}") from None
     gpus = data.get("gpus")
     if not isinstance(gpus, dict) or not gpus:
-        raise GpuTableError(f"{where}: no [gpus.NAME] tables (see attnprof/profiler/gpu/gpus.toml for the form)")
+        raise GpuTableError(f"{where}: no [gpus.NAME] tables (see attnprof/profiler/hardware/gpus.toml for the form)")
     extra = sorted(set(data) - {"gpus"})
     if extra:
         raise GpuTableError(f"{where}: unexpected top-level key {extra[0]!r}; GPUs go in [gpus.NAME] tables")

@@ -2,9 +2,9 @@
 
 import pytest
 
-from attnprof.profiler.gpu.table import get_gpu
+from attnprof.profiler.hardware.gpus import get_gpu
 from attnprof.profiler.timemodel import constants as C
-from attnprof.profiler.timemodel.model import predict_time
+from attnprof.profiler.timemodel.roofline import predict_time
 from attnprof.profiler.timemodel.rates import Rates, gpu_rates
 
 CPU = Rates(device="test cpu", kind="cpu", peak_flops_per_s={"float32": 1e11}, bandwidth_bytes_per_s=1e10,

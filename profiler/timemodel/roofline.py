@@ -9,7 +9,7 @@ For each pass (forward, backward) separately::
 The op rows are ``Accounting.op_costs`` (profiler/measure/accounting.py): per aten op of the
 whole composed step, its FLOPs (torch's flop-counter formulas), the bytes of its distinct
 input and output tensors, and how often it runs. Each op is one kernel of the class
-``kernels.kernel_class`` gives it; a view runs no kernel and costs nothing. A kernel is
+``op_classes.kernel_class`` gives it; a view runs no kernel and costs nothing. A kernel is
 compute-bound or memory-bound, whichever takes longer; kernels run one after another
 (eager PyTorch, one stream), so their times add up.
 
@@ -37,8 +37,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+from attnprof.profiler.aten_ops import op_base
 from attnprof.profiler.records import DTYPE_BYTES
-from attnprof.profiler.timemodel.kernels import CLASSES, is_attention_backward, kernel_class, op_base
+from attnprof.profiler.timemodel.op_classes import CLASSES, is_attention_backward, kernel_class
 from attnprof.profiler.timemodel.rates import Rates
 
 PASSES = ("fwd", "bwd")

@@ -6,11 +6,11 @@ import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from attnprof.errors import UserError
-from attnprof.profiler.gpu.allocator import CachingAllocator
-from attnprof.profiler.gpu.kernels import (ALIAS, ALLOC, BACKEND_ENV, FREE, OP, TIE, choose_sdpa_backend,
+from attnprof.profiler.memmodel.caching_allocator import CachingAllocator
+from attnprof.profiler.memmodel.sdpa_kernels import (ALIAS, ALLOC, BACKEND_ENV, FREE, OP, TIE, choose_sdpa_backend,
                                            cublas_workspace_bytes, flash_num_splits, substitute)
 from attnprof.profiler.gpu.model import replay
-from attnprof.profiler.gpu.table import get_gpu
+from attnprof.profiler.hardware.gpus import get_gpu
 from attnprof.profiler.measure.tracker import MemoryTracker
 
 
@@ -155,7 +155,7 @@ def test_cublas_workspaces_one_per_thread_after_the_first_matmul():
 
 # --- the order comes from the running torch; the cuDNN preference by torch version ----------------
 def test_the_priority_order_and_enabled_backends_are_torchs(monkeypatch):
-    from attnprof.profiler.gpu import sdpa_choice
+    from attnprof.profiler.memmodel import sdpa_choice
 
     facts = sdpa_choice.torch_facts()
     assert facts["order"][:3] == ["flash", "efficient", "math"]  # at::Context's default on 2.11 / 2.13
@@ -174,7 +174,7 @@ def test_the_priority_order_and_enabled_backends_are_torchs(monkeypatch):
 def test_the_cudnn_preference_by_torch_version(torch_version, cudnn, cc, prefers):
     from dataclasses import replace
 
-    from attnprof.profiler.gpu.sdpa_choice import prefers_cudnn
+    from attnprof.profiler.memmodel.sdpa_choice import prefers_cudnn
 
     gpu = replace(get_gpu("h100-sxm"), compute_capability=cc)
     assert prefers_cudnn(gpu, cudnn, torch_version) is prefers

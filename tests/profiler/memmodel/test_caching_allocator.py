@@ -1,11 +1,11 @@
 """The CUDA caching allocator simulation, one hand-worked trace per rule
-(c10/cuda/CUDACachingAllocator.cpp; the constants are cited in profiler/gpu/allocator.py)."""
+(c10/cuda/CUDACachingAllocator.cpp; the constants are cited in profiler/memmodel/caching_allocator.py)."""
 
 import random
 
 import pytest
 
-from attnprof.profiler.gpu.allocator import CachingAllocator, OutOfMemory, get_allocation_size, round_size
+from attnprof.profiler.memmodel.caching_allocator import CachingAllocator, OutOfMemory, get_allocation_size, round_size
 
 KiB, MiB = 1 << 10, 1 << 20
 

@@ -7,7 +7,7 @@ import os
 import pytest
 import torch
 
-from attnprof.profiler.measure import devices
+from attnprof.profiler.gpumeasure import devices
 
 
 @pytest.fixture(autouse=True)

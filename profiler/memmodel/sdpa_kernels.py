@@ -25,8 +25,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
-from attnprof.profiler.gpu.sdpa_choice import BACKEND_ENV, BACKENDS, HALF, SdpaChoice, choose_sdpa_backend  # noqa: F401
-from attnprof.profiler.gpu.table import GpuSpec
+from attnprof.profiler.aten_ops import CUBLAS_OPS, op_base
+from attnprof.profiler.hardware.gpus import GpuSpec
+from attnprof.profiler.memmodel.sdpa_choice import BACKEND_ENV, BACKENDS, HALF, SdpaChoice, choose_sdpa_backend  # noqa: F401
+from attnprof.profiler.records import DTYPE_BYTES
 
 ALLOC, FREE, OP, MARK = "alloc", "free", "op", "mark"  # = profiler.measure.tracker's (no torch import here)
 ALIAS = "alias"  # (ALIAS, new_name, existing_name): one more name for an existing block
@@ -36,7 +38,6 @@ CPU_FLASH_FWD = "_scaled_dot_product_flash_attention_for_cpu"
 CPU_FLASH_BWD = "_scaled_dot_product_flash_attention_for_cpu_backward"
 GPU_OP = {"flash": "_scaled_dot_product_flash_attention", "efficient": "_scaled_dot_product_efficient_attention",
           "cudnn": "_scaled_dot_product_cudnn_attention"}
-DTYPE_BYTES = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}
 
 # aten/src/ATen/cuda/CublasHandlePool.cpp, parseChosenWorkspaceSize(): ":4096:2:16:8" by
 # default (2 x 4096 KiB + 8 x 16 KiB = 8,519,680 B), 32 MiB (4096 KiB x 8) for compute
@@ -46,9 +47,6 @@ CUBLAS_ENV = "CUBLAS_WORKSPACE_CONFIG"
 CUBLAS_DEFAULT_BYTES = 4096 * 1024 * 2 + 16 * 1024 * 8
 CUBLAS_BIG_BYTES = 4096 * 8 * 1024
 CUBLAS_BIG_MAJORS = (9, 10, 12)
-# Ops that call cuBLAS/cuBLASLt (so set up the thread's workspace), by aten name.
-MATMUL_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "addbmm", "_addmm_activation", "addmv", "mv", "dot",
-                        "vdot", "addr", "matmul", "_scaled_mm", "_int_mm"})
 
 
 def cublas_workspace_bytes(gpu: GpuSpec, config: Optional[str] = None) -> int:
@@ -63,10 +61,6 @@ def cublas_workspace_bytes(gpu: GpuSpec, config: Optional[str] = None) -> int:
 
 def _up(x: int, m: int) -> int:
     return (x + m - 1) // m * m
-
-
-def _op_base(name: str) -> str:
-    return name.split(".", 1)[0]
 
 
 def flash_num_splits(batch: int, heads: int, seqlen_q: int, seqlen_k: int, head_size: int, sm_count: int) -> int:
@@ -289,8 +283,8 @@ def substitute(events: list, gpu: GpuSpec, backend: str, *, cublas: bool = True,
             out.events.append(e)
             i += 1
             continue
-        base = _op_base(e[1])
-        if cublas and base in MATMUL_OPS and phase not in have_ws:
+        base = op_base(e[1])
+        if cublas and base in CUBLAS_OPS and phase not in have_ws:
             have_ws.add(phase)
             pending_ws = phase
         if backend != "math" and base == CPU_FLASH_FWD and e[2]:
@@ -312,7 +306,7 @@ def substitute(events: list, gpu: GpuSpec, backend: str, *, cublas: bool = True,
         # AccumulateGrad's clone_obey_contract copy of a gradient the GPU kernel already
         # allocated with the input's strides: no copy on the GPU (the block is kept as .grad).
         if (base == "new_empty_strided" and i + 3 < n and events[i + 1][0] == ALLOC
-                and events[i + 2][0] == OP and _op_base(events[i + 2][1]) == "copy_"
+                and events[i + 2][0] == OP and op_base(events[i + 2][1]) == "copy_"
                 and events[i + 3][0] == FREE and events[i + 3][1] in stealable):
             grad = events[i + 3][1]
             del stealable[grad]

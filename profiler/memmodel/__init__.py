@@ -1,0 +1,11 @@
+"""The GPU MEMORY MODEL: what a point needs on a named GPU (``profiler.hardware.gpus``),
+from fake tensors on the CPU.
+
+- ``caching_allocator``: a simulation of PyTorch's CUDA caching allocator.
+- ``sdpa_choice``: which SDPA backend a GPU would pick for a point.
+- ``sdpa_kernels``: what differs on a GPU: the SDPA backend's outputs, saved tensors and
+  workspaces substituted for the CPU flash kernel's, cuBLAS workspaces.
+
+Every figure here is a *model* (predicted), never a measurement (that is
+``profiler.gpumeasure``); docs/gpu.md says what it covers. Importing it imports no torch.
+"""
