@@ -78,6 +78,11 @@ def probe() -> dict:
     return _answers[key]
 
 
+def forget_answers() -> None:
+    """Drop the kept probe answers: the next ``probe`` asks a fresh process again."""
+    _answers.clear()
+
+
 def device_facts(index: int = 0) -> dict:
     """name, total_memory_bytes, capability ("9.0") and pci_bus_id of visible device
     ``index`` (from the probe; {} when there is none)."""

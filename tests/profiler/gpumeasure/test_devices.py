@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -11,8 +13,10 @@ from attnprof.profiler.gpumeasure import devices
 
 
 @pytest.fixture(autouse=True)
-def no_answers(monkeypatch):
-    monkeypatch.setattr(devices, "_answers", {})
+def no_answers():
+    devices.forget_answers()
+    yield
+    devices.forget_answers()
 
 
 def test_a_cpu_build_has_no_devices_and_asks_nobody(monkeypatch):
@@ -52,3 +56,24 @@ def test_pci_bus_order_on_a_childs_environment():
     env = {}
     devices.prefer_pci_bus_order(env)
     assert env == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"} and os.environ is not env
+
+
+def test_pci_bus_order_is_the_default_and_a_user_choice_is_kept(monkeypatch):
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+    devices.prefer_pci_bus_order()
+    assert os.environ["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "FASTEST_FIRST")
+    devices.prefer_pci_bus_order()
+    assert os.environ["CUDA_DEVICE_ORDER"] == "FASTEST_FIRST"
+
+
+def test_importing_the_gpu_measuring_modules_changes_no_environment():
+    """The device order is set by an explicit call (prefer_pci_bus_order, where a sweep
+    starts), never as a side effect of an import."""
+    code = ("import os; import attnprof.profiler.gpumeasure.nvml, attnprof.profiler.gpumeasure.allocator_pass, "
+            "attnprof.profiler.gpumeasure.gpu_facts, attnprof.profiler.gpumeasure.devices, "
+            "attnprof.profiler.gpumeasure.sdpa_spy, attnprof.profiler.measure.host; "
+            "print(os.environ.get('CUDA_DEVICE_ORDER', 'unset'))")
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_DEVICE_ORDER"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    assert out.stdout.strip() == "unset"

@@ -1,7 +1,7 @@
-"""profiler/measure/gpu.py and profiler/measure/timing.py: NVML sampling, allocator figures, timing, environment.
+"""profiler/gpumeasure/nvml.py: the NVML sampler, the NVML handle of a torch device.
 
-Runs on a CPU-only machine: NVML and torch.cuda are replaced by fakes. The tests at the
-end (marked ``gpu``) use the real device and are skipped without one.
+Runs on a CPU-only machine: NVML and torch.cuda are replaced by fakes (tests/fake_nvml.py).
+The test at the end (marked ``gpu``) uses the real device and is skipped without one.
 """
 
 from __future__ import annotations
@@ -9,86 +9,19 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import fields
 from types import SimpleNamespace
 
 import pynvml
 import pytest
 import torch
 
-from attnprof.profiler.measure import gpu
-from attnprof.profiler.measure.gpu import (NO_PID_MATCH, NvmlSampler, cuda_memory_pass, default_memory_limit_bytes,
-                                   device_environment, nvml_available, nvml_handle_for)
-from attnprof.profiler.records import PointRecord
-from attnprof.profiler.measure.timing import cpu_time, cuda_time, is_noisy, summarize
-
-MiB = 1 << 20
-GiB = 1 << 30
-MEMORY_KEYS = {"measured_peak_bytes", "cuda_reserved_peak_bytes", "nvml_device_peak_bytes",
-               "nvml_process_peak_bytes", "nvml_baseline_bytes", "nvml_note"}
-
-
-def proc(pid: int, used) -> SimpleNamespace:
-    return SimpleNamespace(pid=pid, usedGpuMemory=used)
-
-
-class FakeNvml:
-    """Stands in for the NVML library: ``used`` is the device-wide sequence (the last value
-    repeats once it runs out), ``procs`` the process list (or a callable of the sample index),
-    ``fail_at`` the memory-info call that raises."""
-
-    def __init__(self, used=(GiB,), procs=(), fail_at=None, total=141 * GiB):
-        self.used, self.procs, self.fail_at, self.total = list(used), procs, fail_at, total
-        self.calls = 0
-        self.inits = 0
-        self.failed = threading.Event()
-        self.lock = threading.Lock()
-
-    def install(self, monkeypatch) -> "FakeNvml":
-        for name, fn in (("nvmlInit", self.init), ("nvmlShutdown", self.shutdown),
-                         ("nvmlDeviceGetHandleByIndex", lambda i: ("handle", i)),
-                         ("nvmlDeviceGetMemoryInfo", self.memory_info),
-                         ("nvmlDeviceGetComputeRunningProcesses", self.processes),
-                         ("nvmlSystemGetDriverVersion", lambda: "570.86.15"),
-                         ("nvmlDeviceGetName", lambda h: "NVIDIA H200"),
-                         ("nvmlDeviceGetCudaComputeCapability", lambda h: (9, 0))):
-            monkeypatch.setattr(pynvml, name, fn)
-        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-        # On a GPU machine CUDA may be live: keep torch out of the handle lookup here.
-        monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
-        return self
-
-    def init(self):
-        self.inits += 1
-
-    def shutdown(self):
-        self.inits -= 1
-
-    def memory_info(self, handle):
-        with self.lock:
-            index = self.calls
-            self.calls += 1
-        if self.fail_at is not None and index >= self.fail_at:
-            self.failed.set()
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
-        return SimpleNamespace(used=self.used[min(index, len(self.used) - 1)], total=self.total)
-
-    def processes(self, handle):
-        return self.procs(self.calls) if callable(self.procs) else list(self.procs)
-
-    def wait_for(self, condition, timeout_s: float = 5.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not condition() and time.monotonic() < deadline:
-            time.sleep(0.001)
-        assert condition(), "the sampler thread did not poll in time"
+from attnprof.profiler.gpumeasure.nvml import NO_PID_MATCH, NvmlSampler, nvml_available, nvml_handle_for
+from fake_nvml import GiB, FakeNvml, proc, without_nvml
 
 
 @pytest.fixture
 def no_nvml(monkeypatch):
-    def fail():
-        raise pynvml.NVMLError_LibraryNotFound()
-
-    monkeypatch.setattr(pynvml, "nvmlInit", fail)
+    without_nvml(monkeypatch)
 
 
 # --- NvmlSampler ---------------------------------------------------------------------------
@@ -216,197 +149,7 @@ def test_handle_through_cuda_visible_devices(monkeypatch):
     assert nvml_handle_for(2) == ("handle", 2)
 
 
-def test_pci_bus_order_is_the_default_and_a_user_choice_is_kept(monkeypatch):
-    from attnprof.profiler.gpumeasure import devices
-
-    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
-    devices.prefer_pci_bus_order()
-    assert os.environ["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
-    monkeypatch.setenv("CUDA_DEVICE_ORDER", "FASTEST_FIRST")
-    devices.prefer_pci_bus_order()
-    assert os.environ["CUDA_DEVICE_ORDER"] == "FASTEST_FIRST"
-
-
-# --- cuda_memory_pass ----------------------------------------------------------------------
-@pytest.fixture
-def fake_cuda(monkeypatch):
-    """torch.cuda's allocator API, recording the order of calls."""
-    calls: list = []
-    for name in ("synchronize", "empty_cache", "reset_peak_memory_stats"):
-        monkeypatch.setattr(torch.cuda, name, lambda *a, _n=name: calls.append(_n))
-    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda *a: 300 * MiB)
-    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda *a: 320 * MiB)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
-    return calls
-
-
-def test_cuda_memory_pass_returns_the_allocator_and_nvml_figures(monkeypatch, fake_cuda):
-    FakeNvml(used=[GiB, GiB + 400 * MiB], procs=[proc(os.getpid(), 500 * MiB)]).install(monkeypatch)
-    result = cuda_memory_pass(lambda: fake_cuda.append("step"), "cuda:0")
-    assert set(result) == MEMORY_KEYS
-    assert MEMORY_KEYS <= {f.name for f in fields(PointRecord)}
-    assert result["measured_peak_bytes"] == 300 * MiB
-    assert result["cuda_reserved_peak_bytes"] == 320 * MiB
-    assert result["nvml_device_peak_bytes"] == GiB + 400 * MiB
-    assert result["nvml_process_peak_bytes"] == result["nvml_baseline_bytes"] == 500 * MiB
-    assert fake_cuda.index("reset_peak_memory_stats") < fake_cuda.index("step")
-    assert fake_cuda[fake_cuda.index("step") + 1] == "synchronize"  # still inside the sampler
-    PointRecord(variant="full", mode="plain", scope="model", seq_len=1, batch=1, d_model=8, heads=1,
-                head_dim=8, layers=1, dtype="float32", **result)
-
-
-def test_cuda_memory_pass_without_nvml_still_has_the_allocator_figures(fake_cuda, no_nvml):
-    result = cuda_memory_pass(lambda: None, "cuda")
-    assert result["measured_peak_bytes"] == 300 * MiB
-    assert result["nvml_device_peak_bytes"] is None and result["nvml_baseline_bytes"] is None
-    assert result["nvml_note"].startswith("no NVML")
-
-
-def test_cuda_memory_pass_baseline_falls_back_to_device_wide(monkeypatch, fake_cuda):
-    FakeNvml(used=[2 * GiB], procs=[proc(1, GiB), proc(2, GiB)]).install(monkeypatch)
-    result = cuda_memory_pass(lambda: None, 0)
-    assert result["nvml_baseline_bytes"] == 2 * GiB
-    assert result["nvml_note"] == f"{NO_PID_MATCH}; baseline is device-wide"
-
-
-def test_cuda_memory_pass_lets_an_oom_through(monkeypatch, fake_cuda):
-    fake = FakeNvml().install(monkeypatch)
-
-    def step():
-        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-
-    with pytest.raises(torch.OutOfMemoryError):
-        cuda_memory_pass(step, "cuda:0")
-    assert fake.inits == 0
-
-
-def test_cuda_memory_pass_rejects_a_cpu_device():
-    with pytest.raises(ValueError, match="not a CUDA device"):
-        cuda_memory_pass(lambda: None, "cpu")
-
-
-# --- timing --------------------------------------------------------------------------------
-def test_cpu_time_returns_one_sample_per_repeat_after_warmup():
-    counts = {"fwd": 0, "bwd": 0}
-
-    def forward():
-        counts["fwd"] += 1
-        return torch.ones(4, requires_grad=True).sum()
-
-    def backward(loss):
-        counts["bwd"] += 1
-        loss.backward()
-
-    fwd, bwd = cpu_time(forward, backward, warmup=2, repeats=5)
-    assert len(fwd) == len(bwd) == 5
-    assert all(t >= 0 for t in fwd + bwd)
-    assert counts == {"fwd": 7, "bwd": 7}
-
-
-def test_cpu_time_forward_only_has_no_backward_samples():
-    fwd, bwd = cpu_time(lambda: None, None, warmup=0, repeats=3)
-    assert len(fwd) == 3 and bwd == []
-
-
-def test_timers_reject_no_repeats():
-    with pytest.raises(ValueError):
-        cpu_time(lambda: None, None, warmup=0, repeats=0)
-
-
-def test_summarize_median_and_iqr():
-    assert summarize([5.0, 1.0, 4.0, 2.0, 3.0]) == (3.0, 2.0)  # quartiles 2 and 4
-    assert summarize([1.0, 2.0, 3.0, 4.0]) == (2.5, 1.5)  # 1.75 .. 3.25
-    assert summarize([7.0]) == (7.0, 0.0)
-    assert summarize([]) == (None, None)
-
-
-def test_noisy_flag_above_a_tenth():
-    assert not is_noisy(*summarize([10.0, 10.1, 10.2, 10.3]))
-    assert is_noisy(*summarize([10.0, 12.0, 14.0, 16.0]))
-    assert not is_noisy(None, None)
-
-
-# --- environment and limits ----------------------------------------------------------------
-def test_device_environment_cpu_has_model_cores_and_ram():
-    env = device_environment("cpu")
-    assert env["cpu"] and isinstance(env["cpu"], str)
-    assert env["logical_cores"] >= 1
-    assert env["ram_bytes"] > 0
-    assert env["device_name"] == "cpu" and env["cuda"] is None
-
-
-def test_device_environment_cuda_from_nvml_without_initialising_cuda(monkeypatch):
-    FakeNvml(total=150 * GiB).install(monkeypatch)
-
-    def no_torch(*a):
-        raise AssertionError("torch.cuda must not be asked when NVML answers")
-
-    monkeypatch.setattr(torch.cuda, "get_device_properties", no_torch)
-    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
-    env = device_environment("cuda:0")
-    assert (env["device_name"], env["device_memory_bytes"]) == ("NVIDIA H200", 150 * GiB)
-    assert (env["driver"], env["compute_capability"], env["note"]) == ("570.86.15", "9.0", "")
-
-
-def test_device_environment_never_raises_without_gpu(no_nvml, monkeypatch):
-    def no_cuda(*a):
-        raise AssertionError("Torch not compiled with CUDA enabled")
-
-    monkeypatch.setattr(torch.cuda, "get_device_properties", no_cuda)
-    env = device_environment("cuda")
-    assert env["device_name"] is None and env["driver"] is None
-    assert "no NVML" in env["note"] and "no CUDA device" in env["note"]
-    assert env["ram_bytes"] > 0
-
-
-def test_default_memory_limit_cpu_is_80_percent_of_available(monkeypatch):
-    monkeypatch.setattr(gpu.psutil, "virtual_memory", lambda: SimpleNamespace(available=10 * GiB, total=16 * GiB))
-    assert default_memory_limit_bytes("cpu") == int(0.8 * 10 * GiB)
-
-
-def test_default_memory_limit_cuda_from_nvml_total(monkeypatch):
-    FakeNvml(total=141 * GiB).install(monkeypatch)
-    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
-    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: pytest.fail("CUDA initialised"))
-    assert default_memory_limit_bytes("cuda:0") == 141 * GiB
-
-
-def test_default_memory_limit_cuda_falls_back_to_torch_in_a_probe_process(monkeypatch, no_nvml):
-    """Without NVML, torch answers, but from a throw-away process: asking here would poison fork."""
-    from attnprof.profiler.gpumeasure import devices
-
-    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
-    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: pytest.fail("CUDA initialised in this process"))
-    monkeypatch.setattr(devices, "probe", lambda: {"count": 1, "devices": [{"name": "H200", "capability": "9.0",
-                                                                           "total_memory_bytes": 80 * GiB}]})
-    assert default_memory_limit_bytes("cuda") == 80 * GiB
-
-
 # --- on a real GPU -------------------------------------------------------------------------
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_real_memory_pass_sees_a_256_mib_allocation():
-    device = torch.device("cuda", 0)
-    size = 256 * MiB
-
-    def step():
-        x = torch.empty(size, dtype=torch.uint8, device=device)
-        x.fill_(1)
-        del x
-
-    torch.zeros(1, device=device)  # the CUDA context exists before the baseline
-    result = cuda_memory_pass(step, device)
-    print(result)
-    assert result["measured_peak_bytes"] >= size
-    assert result["cuda_reserved_peak_bytes"] >= result["measured_peak_bytes"]
-    if result["nvml_device_peak_bytes"] is not None:  # NVML present on any real driver install
-        assert result["nvml_device_peak_bytes"] >= size
-        assert result["nvml_baseline_bytes"] > 0
-    if result["nvml_process_peak_bytes"] is not None:
-        assert result["nvml_process_peak_bytes"] >= size
 
 
 @pytest.mark.gpu
@@ -422,25 +165,3 @@ def test_real_nvml_handle_is_torchs_device():
     finally:
         pynvml.nvmlShutdown()
     assert (name.decode() if isinstance(name, bytes) else name) == torch.cuda.get_device_name(0)
-    env = device_environment("cuda:0")
-    assert env["device_name"] == torch.cuda.get_device_name(0) and env["driver"], env
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_real_cuda_time_is_sane():
-    a = torch.randn(4096, 4096, device="cuda", requires_grad=True)
-
-    def forward():
-        return (a @ a).square().mean()
-
-    def backward(loss):
-        loss.backward()
-        a.grad = None
-
-    fwd, bwd = cuda_time(forward, backward, warmup=2, repeats=5, device="cuda")
-    print(fwd, bwd)
-    assert len(fwd) == len(bwd) == 5
-    assert all(0 < t < 10_000 for t in fwd + bwd)
-    median_fwd, _ = summarize(fwd)
-    assert median_fwd < summarize(bwd)[0] * 5  # backward does ~2x forward's matmuls
