@@ -30,7 +30,7 @@ def render_report(run_dir: Path, output: Path | None = None, baseline: Path | No
     it (``<stem>-memory.png``, ...); return the HTML path. ``seconds`` is a soft target for
     the whole render: predict() calls for the capacity chart get what is left of it (one
     call may overrun it by a few seconds); 0 turns them off, a minute verifies most runs.
-    ``gpus`` (``profiler.gpu.table.GpuSpec``s): "what fits where" and the capacity chart
+    ``gpus`` (``profiler.hardware.gpus.GpuSpec``s): "what fits where" and the capacity chart
     are per named GPU, by the GPU memory model, instead of per generic budget.
 
     Invalid records are left out and said so: one line to ``warn`` and a note on the page.

@@ -4,8 +4,8 @@
 
 Each point is measured in a fresh process (a clean allocator and CUDA context): the CUDA
 context alone as NVML sees it (``nvml_context_bytes``), then the point's step with the
-sweep's own memory pass (``profiler/gpumeasure/allocator_pass.cuda_memory_pass``: allocator allocated
-and reserved peaks, NVML process peak), then the SDPA backend torch actually picked (the
+sweep's own memory pass (``profiler/gpumeasure/allocator_pass.cuda_memory_pass``: allocator
+allocated and reserved peaks, NVML process peak), then the SDPA backend torch actually picked (the
 grad_fn of a probe call with the same head_dim and dtype). The parent predicts the same
 points with the GPU memory model (``attnprof.profiler.gpu``; fake tensors, on the CPU)
 and writes ``OUT/gpu-model.csv`` (and, with ``--doc``, the Markdown table). Needs a CUDA

@@ -233,7 +233,7 @@ def test_every_fake_mode_is_built_by_the_one_constructor():
 
 def test_no_cuda_device_query_outside_the_processes_that_may_make_one():
     """is_available / device_count / mem_get_info poison fork (torch/csrc/cuda/Module.cpp):
-    only gpugpumeasure/devices.py (a throw-away probe process, or CUDA already initialised) and
+    only gpumeasure/devices.py (a throw-away probe process, or CUDA already initialised) and
     code that runs in a point's own worker process may call them."""
     gpumeasure = ROOT / "profiler" / "gpumeasure"
     allowed = {gpumeasure / "devices.py", gpumeasure / "nvml.py", gpumeasure / "allocator_pass.py",

@@ -414,7 +414,7 @@ def _stop_reason(record: dict) -> Optional[str]:
 
 
 def resolve_device(device: str) -> str:
-    """auto -> cuda or cpu. Asked without initialising CUDA here (gpugpumeasure/devices.py): this
+    """auto -> cuda or cpu. Asked without initialising CUDA here (gpumeasure/devices.py): this
     process forks prediction workers, which a CUDA query would poison."""
     from attnprof.profiler.gpumeasure import devices
 

@@ -126,7 +126,7 @@ def cpu_rates(calibration) -> Rates:
 
 def gpu_rates(gpu: GpuSpec, sdpa_backend: str = "flash") -> Rates:
     """A named GPU: datasheet peaks (gpus.toml) times the family's efficiency constants.
-    ``sdpa_backend``: the backend the GPU would pick for the point (gpu.kernels.choose_sdpa_backend)."""
+    ``sdpa_backend``: the backend the GPU would pick for the point (memmodel.sdpa_choice.choose_sdpa_backend)."""
     fam, note = C.family(gpu.compute_capability)
     peaks = {dtype: gpu.tflops[key] * 1e12 for dtype, key in C.GPU_PEAK_KEY.items() if key in gpu.tflops}
     fused = C.ATTENTION_EFFICIENCY[fam].get(sdpa_backend)
