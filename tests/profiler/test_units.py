@@ -67,3 +67,9 @@ def test_step_time_is_forward_plus_backward_on_numbers_and_series():
     assert step_time_ms(2.0, 3.0) == 5.0 and step_time_ms(2.0, None) == 2.0 and step_time_ms(None, 3.0) is None
     total = step_time_ms(pd.Series([2.0, 2.0, math.nan]), pd.Series([3.0, math.nan, 3.0]))
     assert total.tolist()[:2] == [5.0, 2.0] and math.isnan(total.iloc[2])
+
+
+def test_text_table_pads_columns_and_spells_out_control_characters():
+    from attnprof.profiler.units import text_table
+
+    assert text_table(["a", "bb"], [["xxx", "y"], ["z\n", "w"]]) == ["a    bb", "xxx  y", "z\\n  w"]
