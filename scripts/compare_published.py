@@ -93,8 +93,8 @@ def why_skipped(fig: dict) -> str:
 def predicted_ms(fig: dict, gpus: dict) -> tuple[float | None, str]:
     """(the time model's time for the figure's pass, the SDPA backend it costed)."""
     from attnprof.profiler.measure.accounting import predict
-    from attnprof.profiler.timemodel.roofline import predict_time
     from attnprof.profiler.timemodel.rates import gpu_rates
+    from attnprof.profiler.timemodel.roofline import predict_time
 
     variant, backend = KERNELS[fig["kernel"]]
     variant = f"{variant}[causal={str(bool(fig.get('causal'))).lower()}]"

@@ -16,10 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from attnprof.profiler.memmodel.caching_allocator import CachingAllocator, OutOfMemory
-from attnprof.profiler.memmodel.sdpa_kernels import (ALIAS, ALLOC, CPU_FLASH_FWD, FREE, OP, TIE, choose_sdpa_backend,
-                                           cublas_workspace_bytes, substitute)
 from attnprof.profiler.hardware.gpus import GpuSpec
+from attnprof.profiler.memmodel.caching_allocator import CachingAllocator, OutOfMemory
+from attnprof.profiler.memmodel.sdpa_choice import choose_sdpa_backend
+from attnprof.profiler.memmodel.sdpa_kernels import (ALIAS, ALLOC, CPU_FLASH_FWD, FREE, OP, TIE, cublas_workspace_bytes,
+                                                     substitute)
 from attnprof.profiler.records import Point
 from attnprof.profiler.units import printable
 

@@ -27,7 +27,7 @@ from typing import Optional
 
 from attnprof.profiler.aten_ops import CUBLAS_OPS, op_base
 from attnprof.profiler.hardware.gpus import GpuSpec
-from attnprof.profiler.memmodel.sdpa_choice import BACKEND_ENV, BACKENDS, HALF, SdpaChoice, choose_sdpa_backend  # noqa: F401
+from attnprof.profiler.memmodel.sdpa_choice import HALF
 from attnprof.profiler.records import DTYPE_BYTES
 
 ALLOC, FREE, OP, MARK = "alloc", "free", "op", "mark"  # = profiler.measure.tracker's (no torch import here)

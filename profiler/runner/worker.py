@@ -23,10 +23,10 @@ from multiprocessing.connection import Connection
 import psutil
 import torch
 
+from attnprof.profiler.lifeline import die_with_parent
 from attnprof.profiler.measure.accounting import account, predict
 from attnprof.profiler.runner.estimate import add_time_fields
 from attnprof.profiler.records import Point, PointRecord
-from attnprof.profiler.lifeline import die_with_parent
 from attnprof.profiler.units import fmt_bytes
 from attnprof.profiler.measure.workload import Workload, scope_note
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Optional
 
 from attnprof.profiler.records import Point
-from attnprof.profiler.timemodel.roofline import TimePrediction, predict_time
 from attnprof.profiler.timemodel.rates import Rates
+from attnprof.profiler.timemodel.roofline import TimePrediction, predict_time
 
 TIME_FIELDS = ("predicted_time_fwd_ms", "predicted_time_bwd_ms")
 GPU_TIME_FIELDS = ("gpu_time_fwd_ms", "gpu_time_bwd_ms", "gpu_tokens_per_s")

@@ -6,11 +6,12 @@ import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from attnprof.errors import UserError
-from attnprof.profiler.memmodel.caching_allocator import CachingAllocator
-from attnprof.profiler.memmodel.sdpa_kernels import (ALIAS, ALLOC, BACKEND_ENV, FREE, OP, TIE, choose_sdpa_backend,
-                                           cublas_workspace_bytes, flash_num_splits, substitute)
 from attnprof.profiler.gpu.model import replay
 from attnprof.profiler.hardware.gpus import get_gpu
+from attnprof.profiler.memmodel.caching_allocator import CachingAllocator
+from attnprof.profiler.memmodel.sdpa_choice import BACKEND_ENV, choose_sdpa_backend
+from attnprof.profiler.memmodel.sdpa_kernels import (ALIAS, ALLOC, FREE, OP, TIE, cublas_workspace_bytes, flash_num_splits,
+                                                     substitute)
 from attnprof.profiler.measure.tracker import MemoryTracker
 
 

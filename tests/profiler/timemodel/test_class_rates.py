@@ -6,8 +6,8 @@ import pytest
 
 from attnprof.profiler.timemodel import calibrate, calibrate_ops, machine
 from attnprof.profiler.timemodel.calibrate import Calibration, CalibrationError
-from attnprof.profiler.timemodel.roofline import predict_time
 from attnprof.profiler.timemodel.rates import cpu_rates
+from attnprof.profiler.timemodel.roofline import predict_time
 
 BASE = dict(gemm_flops_per_s={"float32": 1e11}, attention_fwd_flops_per_s={"float32": 5e10},
             attention_bwd_flops_per_s={"float32": 3e10}, bandwidth_bytes_per_s=2e10, overhead_fwd_s=1e-6,

@@ -4,8 +4,8 @@ import pytest
 
 from attnprof.profiler.hardware.gpus import get_gpu
 from attnprof.profiler.timemodel import constants as C
-from attnprof.profiler.timemodel.roofline import predict_time
 from attnprof.profiler.timemodel.rates import Rates, gpu_rates
+from attnprof.profiler.timemodel.roofline import predict_time
 
 CPU = Rates(device="test cpu", kind="cpu", peak_flops_per_s={"float32": 1e11}, bandwidth_bytes_per_s=1e10,
             launch_overhead_s=1e-6, launch_overhead_bwd_s=2e-6, attention_efficiency={"float32": (0.5, 0.25)})

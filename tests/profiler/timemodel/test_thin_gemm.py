@@ -7,8 +7,8 @@ from attnprof.profiler.hardware.gpus import get_gpu
 from attnprof.profiler.measure.accounting import predict
 from attnprof.profiler.records import Point, Shape
 from attnprof.profiler.timemodel import constants as C
-from attnprof.profiler.timemodel.roofline import gemm_inner_dim, predict_time
 from attnprof.profiler.timemodel.rates import Rates, gpu_rates, interpolate_log
+from attnprof.profiler.timemodel.roofline import gemm_inner_dim, predict_time
 
 THIN = Rates(device="test cpu", kind="cpu", peak_flops_per_s={"float32": 2e11}, bandwidth_bytes_per_s=1e12,
              launch_overhead_s=0.0, launch_overhead_bwd_s=0.0,
