@@ -1,3 +1,3 @@
-"""Measurement: exact tensor accounting (``tracker``), the fake-tensor prediction and the
-real run of one workload (``accounting``, ``workload``), timing, FLOP counting, and the
-GPU's allocator and NVML samplers (``gpu``)."""
+"""Measurement on the CPU: exact tensor accounting (``tracker``), the fake-tensor prediction and the
+real run of one workload (``accounting``, ``workload``), timing (``timing``), FLOP counting, and
+the host's facts (``host``). Measuring a real GPU is ``profiler.gpumeasure``."""
