@@ -11,6 +11,9 @@ import math
 import re
 
 KIB, MIB, GIB, TIB, PIB = (1 << 10), (1 << 20), (1 << 30), (1 << 40), (1 << 50)
+# torch indexes tensors with int64, and attnprof records byte counts as int64: a tensor of
+# 2**63 bytes (or elements) or more cannot exist. The one definition (scenario, plan, variant options).
+INT64_MAX = 2**63 - 1
 MISSING = "-"  # what a missing number prints as, unless the caller says otherwise
 
 _UNITS = {
