@@ -94,7 +94,8 @@ def sweep(scenario: Union[PathLike, Scenario, None] = DEFAULT_SCENARIO, *, devic
     from datetime import datetime
 
     from attnprof.profiler.measure import cache
-    from attnprof.profiler.runner.sweep import SweepSettings, resolve_device, run_sweep
+    from attnprof.profiler.runner.gpu_types import resolve_device
+    from attnprof.profiler.runner.sweep import SweepSettings, run_sweep
 
     specs = named_gpus(gpus, gpu_files)  # unknown names fail before any work
     sc = build_scenario(DEFAULT_SCENARIO if scenario is None else scenario, **overrides)
@@ -124,7 +125,7 @@ def sweep(scenario: Union[PathLike, Scenario, None] = DEFAULT_SCENARIO, *, devic
     if on_start:
         on_start(run)
     if gpu_types:
-        from attnprof.profiler.runner.sweep import run_by_gpu_type
+        from attnprof.profiler.runner.gpu_types import run_by_gpu_type
 
         run.summary, run.parts = run_by_gpu_type(sc, run.out, settings, list(listed(gpu_types)), resume=resume,
                                                  show_progress=progress)
