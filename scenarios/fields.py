@@ -35,7 +35,8 @@ class Field:
     help: str  # the flag's help text (rich markup)
     flag: str  # the command-line option
     panel: str  # the help panel it is listed in
-    kind: str = "count"  # the Scenario check: count (int > 0), amount (int >= 0), text, labels, lengths, switch, seconds
+    # the Scenario check: count (int > 0), amount (int >= 0), text, labels, lengths, switch, seconds
+    kind: str = "count"
     refuse_upto: Optional[int] = None  # a flag's value at or below this is refused in flag words (api.build_scenario)
     refusal: str = ""  # ... saying "FLAG {refusal}" with {value}
     short: str = ""  # the one-letter option, if any

@@ -20,19 +20,16 @@ comes from running several series at once, the first ones of the plan first.
 
 from __future__ import annotations
 
-import errno
 import math
 import os
 import signal
 import socket
 import sys
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from attnprof.profiler import safeio
 from attnprof.profiler.measure.accounting import predict
 from attnprof.profiler.runner.executors import EXECUTORS, Executor, make_executor
 from attnprof.profiler.runner.interrupts import Interrupted, Interrupts
@@ -43,8 +40,8 @@ from attnprof.profiler.records import Point, PointRecord, key_of_record
 from attnprof.profiler.runner.estimate import PREDICTED_TIMEOUT_MARGIN, add_time_fields
 from attnprof.profiler.runner.progress import Progress
 from attnprof.profiler.runner.quarantine import quarantine_invalid
-from attnprof.profiler.runner.storage import (LOCK_FILE, RESULTS_FILE, RunFolderBusy, acquire_lock, append_record,
-                                              read_records_checked, refuse_planted_links, release_lock,
+from attnprof.profiler.runner.run_folder import folder_error, locked
+from attnprof.profiler.runner.storage import (RESULTS_FILE, append_record, read_records_checked,
                                               results_size)
 from attnprof.profiler.units import fmt_bytes
 from attnprof.scenarios.scenario import Scenario
@@ -52,7 +49,6 @@ from attnprof.profiler.runner.errors import StorageError, SweepError
 
 SLOPE_RANGE = (1.0, 2.5)  # time exponents we allow when extrapolating a series
 MAX_PROBLEM_LINES = 5  # invalid lines of results.jsonl named one by one on resume; the rest as a count
-_DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG, errno.EROFS}
 
 __all__ = ["SweepError", "StorageError", "SweepSettings", "SweepSummary", "PointRunner", "run_sweep"]
 
@@ -183,7 +179,7 @@ def run_sweep(scenario: Scenario, out_dir: Path, settings: SweepSettings, *, res
     summary = SweepSummary(out_dir)
     started = time.perf_counter()
     progress: Optional[Progress] = None
-    with Interrupts() as interrupts, _locked(out_dir):
+    with Interrupts() as interrupts, locked(out_dir):
         executor = make_executor(settings, interrupts, warn=print_stderr)
         try:
             interrupts.check()
@@ -330,42 +326,6 @@ def _expect_series(lane: _Series, point: Point, done: dict, settings: SweepSetti
     return known[0][1]
 
 
-@contextmanager
-def _locked(out_dir: Path):
-    """The run folder, created if need be and locked against a second writer while the sweep runs.
-    A sweep that fails to start (a cluster that does not answer) removes the folder again
-    when it created it and it holds nothing but the lock: no empty, locked folder is left."""
-    created = not out_dir.exists()
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        refuse_planted_links(out_dir)  # LinkRefused, exit 2: no OSError, so it passes the handler below
-        fd = acquire_lock(out_dir)
-    except RunFolderBusy as exc:
-        raise SweepError(f"{out_dir} is being written by another sweep (pid {exc.holder}); "
-                         f"wait for it to finish, or choose another --out") from None
-    except OSError as exc:
-        raise _folder_error(out_dir, exc) from None
-    try:
-        yield
-    except BaseException:
-        if created:
-            _remove_if_untouched(out_dir)
-        raise
-    finally:
-        release_lock(fd)
-
-
-def _remove_if_untouched(out_dir: Path) -> None:
-    """Remove ``out_dir`` if it holds only the lock file this sweep made (while the lock is
-    still held, so no second sweep can have written anything in it); else leave it be."""
-    try:
-        if [entry.name for entry in os.scandir(out_dir)] == [LOCK_FILE]:
-            os.unlink(out_dir / LOCK_FILE)
-            os.rmdir(out_dir)
-    except OSError:
-        pass  # what cannot be removed stays: never an error on top of the one being raised
-
-
 def _prepare(out_dir: Path, scenario: Scenario, settings: SweepSettings, resume: bool, executor: Executor) -> dict:
     """Check, repair and read what the folder holds; start the executor (connect to the
     cluster); write the manifest with the nodes and devices. -> {key: record} done."""
@@ -391,15 +351,9 @@ def _prepare(out_dir: Path, scenario: Scenario, settings: SweepSettings, resume:
     try:
         write_manifest(out_dir, scenario, settings, cluster=executor.describe())
     except OSError as exc:
-        raise _folder_error(out_dir, exc) from None
+        raise folder_error(out_dir, exc) from None
     settings.device_name = executor.default_device_name()  # of the records this process writes
     return {key_of_record(r): r for r in existing}
-
-
-def _folder_error(out_dir: Path, exc: OSError) -> SweepError | StorageError:
-    """A full or failing disk is StorageError (exit 1); a folder we may not write, SweepError (exit 2)."""
-    text = f"cannot write the run folder {out_dir}: {exc.strerror or exc}"
-    return StorageError(text) if exc.errno in _DISK_ERRNOS else SweepError(text)
 
 
 def _stop_reason(record: dict) -> Optional[str]:
