@@ -130,9 +130,9 @@ def describe(hint) -> str:
     return getattr(hint, "__name__", str(hint))
 
 
-def refuse_ignored(sc, given: dict) -> None:
+def refuse_ignored(sc, **given) -> None:
     """Keywords (flags) that the rest of the request would silently ignore, over the
-    scenario ``sc`` they override (``given``: field name -> value, None = not given):
+    scenario ``sc`` they override (``given``: field name -> value, None or absent = not given):
     refused in one line, so nobody reads figures for a setting that was never applied."""
     if given.get("seq_lens") and (given.get("min_len") is not None or given.get("max_len") is not None):
         raise UsageProblem("--seq-len gives the lengths; --min-len/--max-len would be ignored: give one or the other")

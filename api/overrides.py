@@ -71,7 +71,7 @@ def build_scenario(scenario: Union[PathLike, Scenario, None] = None, *, base: Op
         given["d_model"] = given["head_dim"] * (given["heads"] if given["heads"] is not None else sc.heads)
     if given["dtype"] is not None:
         given["dtype"] = canonical_dtype(given["dtype"])
-    refuse_ignored(sc, given)
+    refuse_ignored(sc, **given)
     seq_lens = given["seq_lens"]
     given["seq_lens"] = tuple(seq_lens) if seq_lens else (() if (given["min_len"] or given["max_len"]) else None)
     given["variants"], given["modes"] = listed(given["variants"]), listed(given["modes"])

@@ -55,8 +55,6 @@ def series(scenario: Scenario) -> list[list[Point]]:
     lengths = scenario.lengths()
     if not lengths:
         raise PlanError(f"no sequence lengths between {scenario.min_len} and {scenario.max_len}")
-    if min(lengths) <= 0:
-        raise PlanError(f"sequence length must be positive, got {min(lengths)}")
     shapes = [shape_at(scenario, n) for n in lengths]
     out = []
     for spec in variant_specs(scenario):
