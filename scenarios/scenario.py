@@ -2,6 +2,8 @@
 
 Built-in files live in ``scenarios/presets/``; ``--scenario NAME`` finds them there,
 ``--scenario PATH`` reads any file. Command-line flags override the file's values.
+What each overridable field is (type, unit, default, help) and which rule its values
+obey is written once, in ``scenarios/fields.py``; ``Scenario`` holds them.
 
 Every value is checked field by field when a ``Scenario`` is built, whether it came
 from a file, a flag or code: a wrong type, a non-finite timeout or a length whose
