@@ -18,10 +18,10 @@ from typing import Annotated, List, NoReturn, Optional
 import typer
 from typer.core import TyperGroup
 
-from attnprof.api.reporting import REPORT_SECONDS
 from attnprof.cli_options import (LENGTHS, MEASURE, OUTPUT, SCALE, ExecutorChoice, GpuFileOpt, GpuOpt, JsonOpt,
                                   NoCacheOpt, ScenarioOpt, SortChoice, api_keywords, check_device, scenario_flags)
 from attnprof.errors import UserError
+from attnprof.profiler.units import REPORT_SECONDS
 from attnprof.scenarios.fields import FIELDS
 
 EXIT_USAGE, EXIT_INTERRUPTED = 2, 130  # and 1: the gate found a regression (its own code)

@@ -11,9 +11,8 @@ from typing import Optional, Sequence, Union
 from attnprof.api.overrides import Log, PathLike, quiet
 from attnprof.api.predicting import named_gpus
 from attnprof.arguments import UsageProblem, checked
+from attnprof.profiler.units import REPORT_SECONDS
 from attnprof.scenarios.scenario import load_scenario
-
-REPORT_SECONDS = 7.0  # the report's own soft time target (charts, and predictions still missing)
 
 
 @checked
