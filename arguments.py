@@ -130,18 +130,18 @@ def describe(hint) -> str:
     return getattr(hint, "__name__", str(hint))
 
 
-def refuse_ignored(sc, *, seq_lens, min_len, max_len, batch, tokens_per_batch, scope, modes, layers,
-                   ff_chunks) -> None:
+def refuse_ignored(sc, **given) -> None:
     """Keywords (flags) that the rest of the request would silently ignore, over the
-    scenario ``sc`` they override: refused in one line, so nobody reads figures for a
-    setting that was never applied."""
-    if seq_lens and (min_len is not None or max_len is not None):
+    scenario ``sc`` they override (``given``: field name -> value, None or absent = not given):
+    refused in one line, so nobody reads figures for a setting that was never applied."""
+    if given.get("seq_lens") and (given.get("min_len") is not None or given.get("max_len") is not None):
         raise UsageProblem("--seq-len gives the lengths; --min-len/--max-len would be ignored: give one or the other")
-    if batch is not None and tokens_per_batch is not None:
+    if given.get("batch") is not None and given.get("tokens_per_batch") is not None:
         raise UsageProblem("--tokens-per-batch sets the batch per length (tokens / length); --batch would be ignored")
+    scope = given.get("scope")
     if (scope if scope is not None else sc.scope) == "attention":
-        given = [flag for flag, value in (("--mode", modes), ("--layers", layers), ("--ff-chunks", ff_chunks))
-                 if value is not None]
-        if given:
-            raise UsageProblem(f"scope attention profiles the attention core alone; {', '.join(given)} "
+        flags = [flag for flag, name in (("--mode", "modes"), ("--layers", "layers"), ("--ff-chunks", "ff_chunks"))
+                 if given.get(name) is not None]
+        if flags:
+            raise UsageProblem(f"scope attention profiles the attention core alone; {', '.join(flags)} "
                                f"(for the model's stack) would be ignored")

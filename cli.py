@@ -12,16 +12,17 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, List, NoReturn, Optional
 
 import typer
 from typer.core import TyperGroup
 
+from attnprof.cli_options import (LENGTHS, MEASURE, OUTPUT, SCALE, ExecutorChoice, GpuFileOpt, GpuOpt, JsonOpt,
+                                  NoCacheOpt, ScenarioOpt, SortChoice, api_keywords, check_device, scenario_flags)
 from attnprof.errors import UserError
-from attnprof.profiler.records import DTYPE_ALIASES, DTYPES, MODES, SCOPES
-from attnprof.profiler.runner.executors.base import EXECUTORS
+from attnprof.profiler.units import REPORT_SECONDS
+from attnprof.scenarios.fields import FIELDS
 
 EXIT_USAGE, EXIT_INTERRUPTED = 2, 130  # and 1: the gate found a regression (its own code)
 _TERMINATED: list = []  # the signal that ended a command, when it was not Ctrl-C
@@ -71,106 +72,7 @@ app = typer.Typer(cls=Commands, add_completion=False, pretty_exceptions_enable=F
                   help="attnprof: peak memory and time of attention variants, forward and backward, "
                        "up to 64K tokens.")
 
-# --- choices, each from its single source -------------------------------------------------------
-Scope = Enum("Scope", {s: s for s in SCOPES}, type=str)
-Dtype = Enum("Dtype", {d: d for d in (*DTYPES, *DTYPE_ALIASES)}, type=str)
-ExecutorChoice = Enum("ExecutorChoice", {e: e for e in EXECUTORS}, type=str)
-SortChoice = Enum("SortChoice", {"time": "time"}, type=str)
-
-
-def _variants(values: Optional[List[str]]) -> Optional[List[str]]:
-    """Names and option names against the variants' sources (no torch import); option
-    values that need code to check (a power of two) are checked by the registry later."""
-    if values:
-        from attnprof.scenarios.variants.catalog import label_problem, split_labels
-
-        for label in (label for value in values for label in split_labels(value)):
-            problem = label_problem(label)
-            if problem:
-                raise typer.BadParameter(problem)
-    return values
-
-
-def _modes(values: Optional[List[str]]) -> Optional[List[str]]:
-    if not values:
-        return values
-    modes = [m.strip() for value in values for m in value.split(",") if m.strip()]
-    for mode in modes:
-        if mode not in MODES:
-            raise typer.BadParameter(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
-    return modes
-
-
-def _device(value: str) -> str:
-    if value in ("auto", "cpu", "cuda") or (value.startswith("cuda:") and value[5:].isdigit()):
-        return value
-    raise typer.BadParameter(f"unknown device {value!r}; choose auto, cpu, cuda or cuda:N")
-
-
-# --- flags shared by predict and sweep: defined once ---------------------------------------------
-WHAT, SHAPE, LENGTHS, MEASURE, OUTPUT = "What to profile", "Model shape", "Sequence lengths", "Measurement", "Output"
-SCALE = "Scaling out (docs/scaling-out.md)"
-
-VariantOpt = Annotated[Optional[List[str]], typer.Option(
-    "--variant", "-v", metavar="LABEL", callback=_variants, rich_help_panel=WHAT, show_default=False,
-    help="variant label, repeatable or a comma list; options in brackets: [green]lsh\\[n_hashes=8][/] "
-         "or [green]package.module:Class[/]. Default: every variant of [bold]attnprof variants[/].")]
-ModeOpt = Annotated[Optional[List[str]], typer.Option(
-    "--mode", "-m", metavar="MODE", callback=_modes, rich_help_panel=WHAT, show_default=False,
-    help=f"{' | '.join(MODES)}, repeatable or a comma list (scope model). Default: all.")]
-ScopeOpt = Annotated[Optional[Scope], typer.Option(
-    "--scope", rich_help_panel=WHAT, show_default=False,
-    help="model: a stack of --layers pre-norm blocks (default); attention: the core alone (q, k, v -> out).")]
-ScenarioOpt = Annotated[Optional[str], typer.Option(
-    "--scenario", "-s", metavar="NAME|PATH", rich_help_panel=WHAT, show_default=False,
-    help="built-in scenario NAME ([bold]attnprof scenarios[/]) or a TOML PATH; the flags override its values.")]
-BatchOpt = Annotated[Optional[int], typer.Option("--batch", rich_help_panel=SHAPE, help="sequences per step")]
-HeadsOpt = Annotated[Optional[int], typer.Option("--heads", rich_help_panel=SHAPE, help="attention heads")]
-HeadDimOpt = Annotated[Optional[int], typer.Option(
-    "--head-dim", rich_help_panel=SHAPE, help="per-head width; sets d_model = heads x head-dim")]
-DModelOpt = Annotated[Optional[int], typer.Option("--d-model", rich_help_panel=SHAPE, help="model width")]
-LayersOpt = Annotated[Optional[int], typer.Option("--layers", rich_help_panel=SHAPE, help="transformer blocks")]
-DtypeOpt = Annotated[Optional[Dtype], typer.Option("--dtype", rich_help_panel=SHAPE, show_default=False,
-                                                   help="element type (default float32)")]
-FfChunksOpt = Annotated[Optional[int], typer.Option(
-    "--ff-chunks", rich_help_panel=SHAPE, help="apply the feed-forward in N sequence chunks (Reformer)")]
-ForwardOnlyOpt = Annotated[bool, typer.Option(
-    "--forward-only", rich_help_panel=SHAPE, help="forward pass only, no backward")]
-SeqLenOpt = Annotated[Optional[List[int]], typer.Option(
-    "--seq-len", "-n", metavar="N", rich_help_panel=LENGTHS, show_default=False, help="a sequence length, repeatable")]
-MinLenOpt = Annotated[Optional[int], typer.Option(
-    "--min-len", rich_help_panel=LENGTHS, help="smallest power-of-two length")]
-MaxLenOpt = Annotated[Optional[int], typer.Option(
-    "--max-len", rich_help_panel=LENGTHS, help="largest power-of-two length; 65536 = the full range")]
-TokensPerBatchOpt = Annotated[Optional[int], typer.Option(
-    "--tokens-per-batch", rich_help_panel=LENGTHS, help="constant tokens per step: batch = N / length")]
-JsonOpt = Annotated[bool, typer.Option("--json", rich_help_panel=OUTPUT, help="print JSON to stdout, not a table")]
-NoCacheOpt = Annotated[bool, typer.Option(
-    "--no-cache", rich_help_panel=OUTPUT,
-    help="neither read nor write the prediction cache (~/.cache/attnprof or $ATTNPROF_CACHE_DIR)")]
-GPU_MODEL = "GPU memory model"
-GpuFileOpt = Annotated[Optional[List[Path]], typer.Option(
-    "--gpu-file", metavar="PATH", rich_help_panel=GPU_MODEL, show_default=False,
-    help="a TOML file of more GPUs, in the form of attnprof/profiler/hardware/gpus.toml (repeatable; "
-         "also ATTNPROF_GPUS=path.toml)")]
-GpuOpt = Annotated[Optional[List[str]], typer.Option(
-    "--gpu", metavar="NAME", rich_help_panel=GPU_MODEL, show_default=False,
-    help="also MODEL the GPU memory on this GPU ([bold]attnprof gpus[/]; repeatable), predicted, never measured: "
-         "predict: allocator allocated/reserved peaks and total = CUDA context + reserved, with --budget the "
-         "longest length that fits that GPU; sweep/report: 'what fits where' and the capacity chart per named "
-         "GPU instead of generic budgets")]
-
-SHARED = ("variant", "mode", "scope", "batch", "heads", "head_dim", "d_model", "layers", "dtype", "ff_chunks",
-          "forward_only", "seq_len", "min_len", "max_len", "tokens_per_batch")
-
-
-def _shared(given: dict) -> dict:
-    """The shared flags, by their api keyword names (variant -> variants, ...)."""
-    flags = {name: given[name] for name in SHARED}
-    scope, dtype = flags.pop("scope"), flags.pop("dtype")
-    return dict(variants=flags.pop("variant"), modes=flags.pop("mode"), seq_lens=flags.pop("seq_len"),
-                scope=scope.value if scope is not None else None, dtype=dtype.value if dtype is not None else None,
-                forward_only=flags.pop("forward_only") or None, **flags)
+PREDICT_FIELDS = tuple(f for f in FIELDS if f.for_predict)  # the measurement fields are the sweep's
 
 
 # --- listings (no torch) ------------------------------------------------------------------------
@@ -240,11 +142,8 @@ def scenarios():
              "  attnprof predict --variant full --scope attention --batch 1 --heads 1 --head-dim 64 "
              "--seq-len 65536 --forward-only\n\n"
              "  attnprof predict --d-model 1024 --heads 16 --layers 12 --dtype bf16 --budget 80GiB")
-def predict(variant: VariantOpt = None, mode: ModeOpt = None, scope: ScopeOpt = None, scenario: ScenarioOpt = None,
-            batch: BatchOpt = None, heads: HeadsOpt = None, head_dim: HeadDimOpt = None, d_model: DModelOpt = None,
-            layers: LayersOpt = None, dtype: DtypeOpt = None, ff_chunks: FfChunksOpt = None,
-            forward_only: ForwardOnlyOpt = False, seq_len: SeqLenOpt = None, min_len: MinLenOpt = None,
-            max_len: MaxLenOpt = None, tokens_per_batch: TokensPerBatchOpt = None,
+@scenario_flags(PREDICT_FIELDS)
+def predict(scenario: ScenarioOpt = None,
             budget: Annotated[Optional[str], typer.Option(
                 "--budget", metavar="SIZE", rich_help_panel=LENGTHS,
                 help="a memory size, e.g. 80GiB: the longest power-of-two length that fits, per variant x mode")] = None,
@@ -256,14 +155,15 @@ def predict(variant: VariantOpt = None, mode: ModeOpt = None, scope: ScopeOpt = 
                 "--sort", rich_help_panel=OUTPUT, show_default=False,
                 help="time: rank the variant x mode points that fit by predicted step time, fastest first (on "
                      "this machine's CPU model; with --gpu on each GPU's)")] = None,
-            as_json: JsonOpt = False, no_cache: NoCacheOpt = False):
+            as_json: JsonOpt = False, no_cache: NoCacheOpt = False, **flags):
     """Predict peak memory, FLOPs and step time without allocating (fake tensors, any machine; 65536 tokens by default)."""
     from attnprof import api
 
     if sort is not None and as_json:
         raise api.UsageProblem("--sort time orders the table; --json prints every record unranked: give one of them")
     result = api.predict(scenario, budget=budget, gpus=gpu, gpu_files=gpu_file or (), resolution=resolution,
-                         no_cache=no_cache, sort=sort.value if sort is not None else None, **_shared(locals()))
+                         no_cache=no_cache, sort=sort.value if sort is not None else None,
+                         **api_keywords(flags, PREDICT_FIELDS))
     for note in result.notes:  # warnings always; hints ("note: ...") only beside the table
         if not (as_json and note.startswith("note:")):
             typer.echo(note, err=True)
@@ -303,20 +203,11 @@ def calibrate(as_json: JsonOpt = False,
              "  attnprof sweep --max-len 65536 --device cpu --d-model 128 --heads 4 --layers 1\n\n"
              "  attnprof sweep --scenario reformer-hashes --device cpu\n\n"
              "  attnprof sweep --out runs/first --resume       [dim]# complete an interrupted run[/]")
-def sweep(variant: VariantOpt = None, mode: ModeOpt = None, scope: ScopeOpt = None, scenario: ScenarioOpt = None,
-          batch: BatchOpt = None, heads: HeadsOpt = None, head_dim: HeadDimOpt = None, d_model: DModelOpt = None,
-          layers: LayersOpt = None, dtype: DtypeOpt = None, ff_chunks: FfChunksOpt = None,
-          forward_only: ForwardOnlyOpt = False, seq_len: SeqLenOpt = None, min_len: MinLenOpt = None,
-          max_len: MaxLenOpt = None, tokens_per_batch: TokensPerBatchOpt = None,
+@scenario_flags()
+def sweep(scenario: ScenarioOpt = None,
           device: Annotated[str, typer.Option(
-              "--device", metavar="DEVICE", callback=_device, rich_help_panel=MEASURE,
+              "--device", metavar="DEVICE", callback=check_device, rich_help_panel=MEASURE,
               help="auto (a GPU if there is one) | cpu | cuda | cuda:N")] = "auto",
-          repeats: Annotated[Optional[int], typer.Option(
-              "--repeats", rich_help_panel=MEASURE, help="timed steps per point")] = None,
-          warmup: Annotated[Optional[int], typer.Option(
-              "--warmup", rich_help_panel=MEASURE, help="untimed warm-up steps per point")] = None,
-          point_timeout: Annotated[Optional[float], typer.Option(
-              "--point-timeout", rich_help_panel=MEASURE, help="seconds before a point is killed")] = None,
           mem_limit: Annotated[Optional[str], typer.Option(
               "--mem-limit", metavar="SIZE", rich_help_panel=MEASURE,
               help="skip points predicted above this size (default: 80% of free RAM, or the GPU's memory)")] = None,
@@ -346,7 +237,7 @@ def sweep(variant: VariantOpt = None, mode: ModeOpt = None, scope: ScopeOpt = No
           gpu_types: Annotated[Optional[List[str]], typer.Option(
               "--gpu-types", metavar="TYPES", rich_help_panel=SCALE, show_default=False,
               help="ray: the sweep once per GPU type of the cluster, into OUT/TYPE/: all, or names such as "
-                   "H100,A100")] = None):
+                   "H100,A100")] = None, **flags):
     """Measure every variant x mode x length, each point in its own process: results.jsonl, then report.html."""
     from attnprof import api
     from attnprof.profiler.units import fmt_bytes
@@ -356,8 +247,7 @@ def sweep(variant: VariantOpt = None, mode: ModeOpt = None, scope: ScopeOpt = No
         typer.echo(f"attnprof sweep: scenario {run.scenario.name}, device {run.device}, executor "
                    f"{executor.value}, memory limit {limit}, out {run.out}", err=True)
 
-    run = api.sweep(scenario, **_shared(locals()), repeats=repeats, warmup=warmup, point_timeout_s=point_timeout,
-                    device=device, mem_limit=mem_limit, out=out, resume=resume, report=report, progress=not quiet,
+    run = api.sweep(scenario, **api_keywords(flags), device=device, mem_limit=mem_limit, out=out, resume=resume, report=report, progress=not quiet,
                     on_start=banner, log=lambda line: typer.echo(line, err=True), gpus=gpu,
                     gpu_files=gpu_file or (), executor=executor.value, parallel=parallel, ray_address=ray_address,
                     ray_cpus_per_point=ray_cpus_per_point, gpu_types=gpu_types)
@@ -388,7 +278,7 @@ def report(run_dir: Annotated[Path, typer.Argument(
            baseline: Annotated[Optional[Path], typer.Option(
                "--baseline", help="what to compare against: another run folder")] = None,
            seconds: Annotated[float, typer.Option(
-               "--seconds", help="time for capacity predictions the run lacks; 0 = none")] = 7.0,
+               "--seconds", help="time for capacity predictions the run lacks; 0 = none")] = REPORT_SECONDS,
            gpu: GpuOpt = None, gpu_file: GpuFileOpt = None, no_cache: NoCacheOpt = False):
     """Render a self-contained HTML report with PNG charts from a run folder."""
     from attnprof import api
@@ -438,7 +328,7 @@ def gate(run_dir: Annotated[Optional[Path], typer.Argument(help="a sweep's run f
 QUICK_EXIT = frozenset({"predict", "calibrate"})
 
 
-def _leave(code: int, args: list, console: bool) -> NoReturn:
+def leave(code: int, args: list, console: bool) -> NoReturn:
     if console and args and args[0] in QUICK_EXIT:
         for stream in (sys.stdout, sys.stderr):
             try:
@@ -473,7 +363,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     except (typer.Abort, KeyboardInterrupt):
         typer.echo("interrupted", err=True)
         sys.exit(128 + (_TERMINATED[-1] if _TERMINATED else signal.SIGINT))
-    _leave(code if isinstance(code, int) else 0, args, console)
+    leave(code if isinstance(code, int) else 0, args, console)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,13 @@ import math
 import re
 
 KIB, MIB, GIB, TIB, PIB = (1 << 10), (1 << 20), (1 << 30), (1 << 40), (1 << 50)
+# torch indexes tensors with int64, and attnprof records byte counts as int64: a tensor of
+# 2**63 bytes (or elements) or more cannot exist. The one definition (scenario, plan, variant options).
+INT64_MAX = 2**63 - 1
+# The report's soft time target in seconds (charts, and capacity predictions a run lacks):
+# ``attnprof report --seconds``, ``api.report`` and a sweep's report. Here, low and light,
+# so the command line shows it in --help without importing the api.
+REPORT_SECONDS = 7.0
 MISSING = "-"  # what a missing number prints as, unless the caller says otherwise
 
 _UNITS = {

@@ -31,7 +31,7 @@ READ_FIELDS = IDENTITY_FIELDS + ("status", "reason", "device_name", "predicted_p
 # What reading hostile JSON can raise besides OSError: bad text or syntax (ValueError),
 # nesting too deep (RecursionError), absurd sizes.
 _UNREADABLE = (ValueError, RecursionError, MemoryError, TypeError)
-# The index ``attnprof sweep --gpu-types`` writes (profiler/runner/sweep.py GPU_TYPES_FILE;
+# The index ``attnprof sweep --gpu-types`` writes (profiler/runner/gpu_types.py GPU_TYPES_FILE;
 # reports never import runner.sweep): {"gpu_types": {TYPE: FOLDER NAME}, "gpus": {TYPE: count}}.
 GPU_TYPES_FILE = "gpu-types.json"
 MAX_INDEX_BYTES = 1 << 20

@@ -25,7 +25,7 @@ FINISH_RESERVE_S = 1.0
 
 
 def render_report(run_dir: Path, output: Path | None = None, baseline: Path | None = None, *,
-                  seconds: float = 7.0, gpus: list | None = None, warn: Callable[[str], None] | None = None) -> Path:
+                  seconds: float, gpus: list | None = None, warn: Callable[[str], None] | None = None) -> Path:
     """Write the report of ``run_dir`` (default ``RUN_DIR/report.html``) and its PNGs beside
     it (``<stem>-memory.png``, ...); return the HTML path. ``seconds`` is a soft target for
     the whole render: predict() calls for the capacity chart get what is left of it (one

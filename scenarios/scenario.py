@@ -2,6 +2,8 @@
 
 Built-in files live in ``scenarios/presets/``; ``--scenario NAME`` finds them there,
 ``--scenario PATH`` reads any file. Command-line flags override the file's values.
+What each overridable field is (type, unit, default, help) and which rule its values
+obey is written once, in ``scenarios/fields.py``; ``Scenario`` holds them.
 
 Every value is checked field by field when a ``Scenario`` is built, whether it came
 from a file, a flag or code: a wrong type, a non-finite timeout or a length whose
@@ -10,6 +12,7 @@ n x n scores could not even be counted in int64 is a one-line ``ScenarioError``.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -19,11 +22,12 @@ from pathlib import Path
 
 from attnprof.errors import UserError
 from attnprof.profiler.records import DTYPE_BYTES, ShapeError, canonical_dtype
+from attnprof.profiler.units import INT64_MAX
+from attnprof.scenarios.fields import BY_NAME, default, names_of
 
 PRESETS = Path(__file__).parent / "presets"
 MAX_FILE_BYTES = 1 << 20  # a scenario is a few lines of TOML; anything bigger is the wrong file
 MAX_POINT_TIMEOUT_S = 7 * 24 * 3600.0  # a week; the worker's pipe poll overflows near 2**31 ms
-INT64_MAX = 2**63 - 1
 FF_MULT = 4  # the stack's d_ff = FF_MULT * d_model (records.Shape.ff_mult's default)
 _PRESET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -32,34 +36,35 @@ class ScenarioError(UserError):
     """A scenario that cannot be loaded; the message is one line."""
 
 
-# Field kinds, checked in this order. Lists arrive from TOML (and to_dict) and are kept as tuples.
-_STRINGS = ("name", "description", "scope", "dtype", "source")
-_LISTS = {"variants": str, "modes": str, "seq_lens": int}
-_POSITIVE = ("min_len", "max_len", "batch", "d_model", "heads", "layers", "ff_chunks", "repeats")
-_NON_NEGATIVE = ("tokens_per_batch", "warmup")
+# Field kinds (scenarios/fields.py), checked in this order, each in Scenario's field order.
+# Lists arrive from TOML (and to_dict) and are kept as tuples.
+_LIST_ITEMS = {"labels": str, "lengths": int}
 
 
 @dataclass(frozen=True)
 class Scenario:
+    """A sweep's scenario. The overridable fields' types, units, defaults and help text are
+    in ``scenarios/fields.py`` (FIELDS); name, description and source say where it came from."""
+
     name: str = "default"
     description: str = ""
-    variants: tuple = ()  # labels, e.g. "lsh[n_hashes=4]"; empty = every registered variant
-    modes: tuple = ("plain", "checkpoint", "reversible")  # scope model only
-    scope: str = "model"
-    seq_lens: tuple = ()  # explicit lengths; empty = powers of two from min_len to max_len
-    min_len: int = 256
-    max_len: int = 4096
-    batch: int = 1
-    tokens_per_batch: int = 0  # >0: batch = tokens_per_batch // seq_len (Reformer Fig. 5)
-    d_model: int = 256
-    heads: int = 4
-    layers: int = 2
-    dtype: str = "float32"
-    ff_chunks: int = 1
-    forward_only: bool = False
-    repeats: int = 3
-    warmup: int = 1
-    point_timeout_s: float = 300.0
+    variants: tuple = default("variants")
+    modes: tuple = default("modes")
+    scope: str = default("scope")
+    seq_lens: tuple = default("seq_lens")
+    min_len: int = default("min_len")
+    max_len: int = default("max_len")
+    batch: int = default("batch")
+    tokens_per_batch: int = default("tokens_per_batch")
+    d_model: int = default("d_model")
+    heads: int = default("heads")
+    layers: int = default("layers")
+    dtype: str = default("dtype")
+    ff_chunks: int = default("ff_chunks")
+    forward_only: bool = default("forward_only")
+    repeats: int = default("repeats")
+    warmup: int = default("warmup")
+    point_timeout_s: float = default("point_timeout_s")
     source: str = ""  # the file it came from
 
     def __post_init__(self):
@@ -73,20 +78,21 @@ class Scenario:
             if not ok:
                 raise ScenarioError(f"scenario {where}: {text}")
 
-        for key in _STRINGS:
+        for key in _kind("text"):
             value = getattr(self, key)
             need(isinstance(value, str), f"{key} must be a string, got {_shown(value)}")
-        for key, kind in _LISTS.items():
+        for key in (*_kind("labels"), *_kind("lengths")):
             value = getattr(self, key)
+            kind = _LIST_ITEMS[BY_NAME[key].kind]
             wanted = _LIST_WANTED[key]
             hint = f' (write [{value!r}])'.replace("'", '"') if isinstance(value, str) and kind is str else ""
             need(isinstance(value, (list, tuple)), f"{key} must be {wanted}, got {_shown(value)}{hint}")
             need(all(_is(item, kind) for item in value), f"{key} must be {wanted}, got {_shown(value)}")
             object.__setattr__(self, key, tuple(value))
-        for key in _POSITIVE:
+        for key in _kind("count"):
             value = getattr(self, key)
             need(_is(value, int) and value > 0, f"{key} must be a positive integer, got {_shown(value)}")
-        for key in _NON_NEGATIVE:
+        for key in _kind("amount"):
             value = getattr(self, key)
             need(_is(value, int) and value >= 0, f"{key} must be an integer >= 0, got {_shown(value)}")
         need(all(n > 0 for n in self.seq_lens), f"seq_lens must be positive integers, got {_shown(self.seq_lens)}")
@@ -142,6 +148,13 @@ class Scenario:
 
     def to_dict(self) -> dict:
         return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v) for f in fields(self)}
+
+
+@functools.cache
+def _kind(kind: str) -> tuple[str, ...]:
+    """The Scenario fields of one kind, in Scenario's order (text: name, description and source too)."""
+    names = set(names_of(kind)) | ({"name", "description", "source"} if kind == "text" else set())
+    return tuple(f.name for f in fields(Scenario) if f.name in names)
 
 
 _LIST_WANTED = {"variants": 'an array of strings like ["lsh[n_hashes=4]"]', "modes": 'an array of strings like ["plain"]',

@@ -2,7 +2,6 @@
 sweep -> capacity -> report, report, gate, and exit codes of interrupted sweeps."""
 
 import json
-import time
 from types import SimpleNamespace
 
 import pytest
@@ -92,13 +91,13 @@ def test_an_interrupted_sweep_exits_128_plus_the_signal(tmp_path, signum, code):
     assert api.SweepRun(tmp_path, Scenario(), "cpu", 1, SimpleNamespace(interrupted=False)).exit_code == 0
 
 
-def test_capacity_predictions_keep_to_their_time_budget(tmp_path):
-    sc = api.build_scenario("default")  # 18 series: far more than a tenth of a second of predictions
-    started = time.perf_counter()
-    count, took_s = api.capacity_for_report(sc, tmp_path, seconds=0.1)
-    assert time.perf_counter() - started < 10 and took_s < 10
-    assert count < 18 * 5
-    assert api.capacity_for_report(sc, tmp_path, seconds=0) == (0, 0.0)
+def test_capacity_predictions_within_their_budget_fill_the_report_cache(tmp_path):
+    """No clock read: a budget of 0 s predicts nothing; a generous one predicts the one
+    series of a tiny scenario (how a deadline cuts a long run short is the pool's test)."""
+    assert api.capacity_for_report(api.build_scenario("default"), tmp_path, seconds=0) == (0, 0.0)
+    sc = api.build_scenario(variants=["sdpa"], scope="attention", min_len=64, max_len=64, d_model=32, heads=2)
+    count, took_s = api.capacity_for_report(sc, tmp_path, seconds=600)
+    assert count > 0 and took_s >= 0
 
 
 def test_report_refuses_negative_seconds(tmp_path):

@@ -293,5 +293,5 @@ def test_quick_exit_only_from_the_console_and_only_for_quick_commands(monkeypatc
     for args, quick in [(["predict"], True), (["calibrate", "--json"], True), (["variants"], False), ([], False)]:
         ended.clear()
         with pytest.raises(SystemExit) as leave:
-            cli._leave(3, args, console=True)
+            cli.leave(3, args, console=True)
         assert leave.value.code == 3 and ended == ([3] if quick else [])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from attnprof.profiler.records import DTYPE_BYTES, MODES, NO_MODE, SCOPES, Point, Shape
+from attnprof.profiler.units import INT64_MAX
 from attnprof.scenarios.variants.registry import VariantSpec, parse_variants
 from attnprof.scenarios.scenario import Scenario
 from attnprof.errors import UserError
@@ -25,11 +26,6 @@ def modes_of(scenario: Scenario) -> list[str]:
         if mode not in MODES:
             raise PlanError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
     return list(dict.fromkeys(scenario.modes)) or list(MODES)
-
-
-# torch indexes tensors with int64: a tensor of 2**63 bytes or more cannot exist, and sizes
-# that large overflow inside kernels long before. Checked here, before anything runs.
-INT64_MAX = 2**63 - 1
 
 
 def shape_at(scenario: Scenario, seq_len: int) -> Shape:
@@ -59,8 +55,6 @@ def series(scenario: Scenario) -> list[list[Point]]:
     lengths = scenario.lengths()
     if not lengths:
         raise PlanError(f"no sequence lengths between {scenario.min_len} and {scenario.max_len}")
-    if min(lengths) <= 0:
-        raise PlanError(f"sequence length must be positive, got {min(lengths)}")
     shapes = [shape_at(scenario, n) for n in lengths]
     out = []
     for spec in variant_specs(scenario):

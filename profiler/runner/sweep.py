@@ -20,19 +20,16 @@ comes from running several series at once, the first ones of the plan first.
 
 from __future__ import annotations
 
-import errno
 import math
 import os
 import signal
 import socket
 import sys
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from attnprof.profiler import safeio
 from attnprof.profiler.measure.accounting import predict
 from attnprof.profiler.runner.executors import EXECUTORS, Executor, make_executor
 from attnprof.profiler.runner.interrupts import Interrupted, Interrupts
@@ -43,8 +40,8 @@ from attnprof.profiler.records import Point, PointRecord, key_of_record
 from attnprof.profiler.runner.estimate import PREDICTED_TIMEOUT_MARGIN, add_time_fields
 from attnprof.profiler.runner.progress import Progress
 from attnprof.profiler.runner.quarantine import quarantine_invalid
-from attnprof.profiler.runner.storage import (LOCK_FILE, RESULTS_FILE, RunFolderBusy, acquire_lock, append_record,
-                                              read_records_checked, refuse_planted_links, release_lock,
+from attnprof.profiler.runner.run_folder import folder_error, locked
+from attnprof.profiler.runner.storage import (RESULTS_FILE, append_record, read_records_checked,
                                               results_size)
 from attnprof.profiler.units import fmt_bytes
 from attnprof.scenarios.scenario import Scenario
@@ -52,9 +49,8 @@ from attnprof.profiler.runner.errors import StorageError, SweepError
 
 SLOPE_RANGE = (1.0, 2.5)  # time exponents we allow when extrapolating a series
 MAX_PROBLEM_LINES = 5  # invalid lines of results.jsonl named one by one on resume; the rest as a count
-_DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG, errno.EROFS}
 
-__all__ = ["SweepError", "StorageError", "SweepSettings", "SweepSummary", "PointRunner", "run_sweep", "run_by_gpu_type"]
+__all__ = ["SweepError", "StorageError", "SweepSettings", "SweepSummary", "PointRunner", "run_sweep"]
 
 
 @dataclass
@@ -183,7 +179,7 @@ def run_sweep(scenario: Scenario, out_dir: Path, settings: SweepSettings, *, res
     summary = SweepSummary(out_dir)
     started = time.perf_counter()
     progress: Optional[Progress] = None
-    with Interrupts() as interrupts, _locked(out_dir):
+    with Interrupts() as interrupts, locked(out_dir):
         executor = make_executor(settings, interrupts, warn=print_stderr)
         try:
             interrupts.check()
@@ -330,42 +326,6 @@ def _expect_series(lane: _Series, point: Point, done: dict, settings: SweepSetti
     return known[0][1]
 
 
-@contextmanager
-def _locked(out_dir: Path):
-    """The run folder, created if need be and locked against a second writer while the sweep runs.
-    A sweep that fails to start (a cluster that does not answer) removes the folder again
-    when it created it and it holds nothing but the lock: no empty, locked folder is left."""
-    created = not out_dir.exists()
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        refuse_planted_links(out_dir)  # LinkRefused, exit 2: no OSError, so it passes the handler below
-        fd = acquire_lock(out_dir)
-    except RunFolderBusy as exc:
-        raise SweepError(f"{out_dir} is being written by another sweep (pid {exc.holder}); "
-                         f"wait for it to finish, or choose another --out") from None
-    except OSError as exc:
-        raise _folder_error(out_dir, exc) from None
-    try:
-        yield
-    except BaseException:
-        if created:
-            _remove_if_untouched(out_dir)
-        raise
-    finally:
-        release_lock(fd)
-
-
-def _remove_if_untouched(out_dir: Path) -> None:
-    """Remove ``out_dir`` if it holds only the lock file this sweep made (while the lock is
-    still held, so no second sweep can have written anything in it); else leave it be."""
-    try:
-        if [entry.name for entry in os.scandir(out_dir)] == [LOCK_FILE]:
-            os.unlink(out_dir / LOCK_FILE)
-            os.rmdir(out_dir)
-    except OSError:
-        pass  # what cannot be removed stays: never an error on top of the one being raised
-
-
 def _prepare(out_dir: Path, scenario: Scenario, settings: SweepSettings, resume: bool, executor: Executor) -> dict:
     """Check, repair and read what the folder holds; start the executor (connect to the
     cluster); write the manifest with the nodes and devices. -> {key: record} done."""
@@ -391,15 +351,9 @@ def _prepare(out_dir: Path, scenario: Scenario, settings: SweepSettings, resume:
     try:
         write_manifest(out_dir, scenario, settings, cluster=executor.describe())
     except OSError as exc:
-        raise _folder_error(out_dir, exc) from None
+        raise folder_error(out_dir, exc) from None
     settings.device_name = executor.default_device_name()  # of the records this process writes
     return {key_of_record(r): r for r in existing}
-
-
-def _folder_error(out_dir: Path, exc: OSError) -> SweepError | StorageError:
-    """A full or failing disk is StorageError (exit 1); a folder we may not write, SweepError (exit 2)."""
-    text = f"cannot write the run folder {out_dir}: {exc.strerror or exc}"
-    return StorageError(text) if exc.errno in _DISK_ERRNOS else SweepError(text)
 
 
 def _stop_reason(record: dict) -> Optional[str]:
@@ -413,85 +367,9 @@ def _stop_reason(record: dict) -> Optional[str]:
     return None
 
 
-def resolve_device(device: str) -> str:
-    """auto -> cuda or cpu. Asked without initialising CUDA here (gpumeasure/devices.py): this
-    process forks prediction workers, which a CUDA query would poison."""
-    from attnprof.profiler.gpumeasure import devices
-
-    if device == "auto":
-        return "cuda" if devices.cuda_available() else "cpu"
-    if device.startswith("cuda"):
-        if not devices.cuda_available():
-            import torch
-
-            why = devices.probe().get("error") if devices.cuda_compiled() else "a CPU build of torch"
-            raise SweepError(f"--device {device}: no CUDA device is available (torch {torch.__version__}"
-                             f"{': ' + why if why else ''})")
-        return device
-    if device != "cpu":
-        raise SweepError(f"unknown device {device!r}; choose auto, cpu or cuda")
-    return device
-
-
 def describe_limit(limit: Optional[int]) -> str:
     return fmt_bytes(limit) if limit else "none"
 
 
 def print_stderr(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
-
-
-GPU_TYPES_FILE = "gpu-types.json"
-
-
-def run_by_gpu_type(scenario: Scenario, out_dir: Path, settings: SweepSettings, gpu_types: list[str], *,
-                    resume: bool = False, show_progress: bool = True,
-                    on_record: Optional[Callable[[dict], None]] = None) -> tuple[SweepSummary, list[Path]]:
-    """``--gpu-types``: the same sweep once per GPU type of the Ray cluster (``all``: every
-    type present), each an ordinary run folder ``OUT/<TYPE>/`` whose records name their
-    device; ``OUT/gpu-types.json`` lists them. One type after the other, each on every GPU
-    of its type; a type that was interrupted stops the rest (``--resume`` completes them).
-    -> (the summaries added up, the run folders)."""
-    import json
-    from dataclasses import replace
-
-    from attnprof.profiler.runner.executors.ray_cluster import RaySession, gpu_types_of
-
-    if settings.executor != "ray":
-        raise SweepError("--gpu-types needs --executor ray")
-    if settings.device not in ("auto", "cuda"):
-        raise SweepError(f"--gpu-types runs on GPUs: use --device cuda, not {settings.device}")
-    out_dir = Path(out_dir)
-    session = RaySession.connect(settings.ray_address)
-    total = SweepSummary(out_dir)
-    folders: list[Path] = []
-    try:
-        present = gpu_types_of(session.nodes())
-        wanted = sorted(present) if [t.lower() for t in gpu_types] == ["all"] else list(dict.fromkeys(gpu_types))
-        missing = [t for t in wanted if t not in present]
-        if missing or not wanted:
-            raise SweepError(f"the Ray cluster has no GPU of type {', '.join(missing) or 'any'}; it has "
-                             f"{', '.join(f'{t} x{c}' for t, c in sorted(present.items())) or 'none'}")
-        folders = [out_dir / _folder_name(t) for t in wanted]
-        out_dir.mkdir(parents=True, exist_ok=True)
-        safeio.write_atomic(out_dir / GPU_TYPES_FILE, json.dumps(
-            {"gpu_types": {t: f.name for t, f in zip(wanted, folders)}, "gpus": present}, indent=1).encode("utf-8"))
-        for gpu_type, folder in zip(wanted, folders):
-            part = run_sweep(scenario, folder, replace(settings, device="cuda", gpu_type=gpu_type, device_name=""),
-                             resume=resume, show_progress=show_progress,
-                             on_record=on_record)
-            total.records += part.records
-            total.kept += part.kept
-            total.wall_s += part.wall_s
-            if part.interrupted:
-                total.interrupted, total.interrupted_by = True, part.interrupted_by
-                break
-    finally:
-        session.close()
-    return total, folders
-
-
-def _folder_name(gpu_type: str) -> str:
-    """A GPU type as a folder name: 'A100-80G' stays, anything odd becomes '_'."""
-    name = "".join(c if c.isalnum() or c in "-_." else "_" for c in gpu_type).strip(".")
-    return name or "gpu"

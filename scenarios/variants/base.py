@@ -14,6 +14,7 @@ from typing import Any, Callable, ClassVar, Optional
 import torch
 from torch import nn
 from attnprof.errors import UserError
+from attnprof.profiler.units import INT64_MAX
 
 
 class VariantError(UserError):
@@ -57,9 +58,6 @@ class Option:
             if problem:
                 raise VariantError(f"option {name}={value!r}: {problem}")
         return value
-
-
-INT64_MAX = 2**63 - 1
 
 
 def _brief(raw: Any) -> str:

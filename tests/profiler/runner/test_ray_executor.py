@@ -132,7 +132,7 @@ def test_a_hang_is_cancelled_at_the_point_timeout_and_longer_lengths_are_skipped
 
 
 def test_gpu_types_run_the_sweep_once_per_type_each_into_its_own_run_folder(cluster, tmp_path):
-    from attnprof.profiler.runner.sweep import SweepError, run_by_gpu_type
+    from attnprof.profiler.runner.gpu_types import SweepError, run_by_gpu_type
 
     one = TINY.override(variants=("sdpa",), max_len=64)
     with pytest.raises(SweepError, match="no GPU of type H100; it has FakeGPU x2"):

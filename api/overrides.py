@@ -1,0 +1,125 @@
+"""A scenario from keywords: ``build_scenario``, and the keywords themselves.
+
+The keywords that override a scenario's fields are not written out per function: each
+comes from ``scenarios/fields.py`` (FIELDS), and ``overridable`` adds them to a
+function's signature (type hints included, so ``arguments.checked`` checks them, and
+``help()`` shows them) in place of its ``**overrides``. A field added there is a keyword
+of ``build_scenario``, ``predict`` and ``sweep`` at once.
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Callable, Optional, Sequence, Union
+
+from attnprof.arguments import UsageProblem, checked, refuse_ignored
+from attnprof.profiler.records import canonical_dtype
+from attnprof.profiler.units import parse_bytes
+from attnprof.scenarios.fields import FIELDS, STORED, Field, flag_problem
+from attnprof.scenarios.scenario import Scenario, load_scenario
+
+PathLike = Union[str, Path]
+Log = Callable[[str], None]
+
+
+def quiet(_: str) -> None:
+    """The default ``log``: say nothing."""
+
+
+def overridable(fields: Sequence[Field] = FIELDS) -> Callable:
+    """A decorator: ``fn(..., **overrides)`` with one keyword-only parameter per field
+    (default None: keep the scenario's value) in place of ``**overrides``, annotated with
+    the field's hint. The function still receives them in ``overrides``, given ones only."""
+
+    def wrap(fn: Callable) -> Callable:
+        signature = inspect.signature(fn)
+        own = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        at = next((i for i, p in enumerate(own) if p.kind is inspect.Parameter.KEYWORD_ONLY), len(own))
+        added = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=f.hint)
+                 for f in fields]
+        fn.__signature__ = signature.replace(parameters=[*own[:at], *added, *own[at:]])
+        fn.__annotations__ = {**{k: v for k, v in fn.__annotations__.items() if k != "overrides"},
+                              **{f.name: f.hint for f in fields}}
+        return fn
+
+    return wrap
+
+
+@checked
+@overridable()
+def build_scenario(scenario: Union[PathLike, Scenario, None] = None, *, base: Optional[Scenario] = None,
+                   **overrides) -> Scenario:
+    """Keywords over a scenario (a built-in NAME, a TOML path or a ``Scenario``) over
+    ``base`` (default ``Scenario()``) -> one validated Scenario.
+
+    ``variants`` and ``modes`` take lists or comma-separated text (``"sdpa,lsh[n_hashes=8]"``);
+    ``head_dim`` sets ``d_model = heads * head_dim``. Every variant must run at one of the
+    lengths at least (its other points are skipped with the reason); the variants'
+    options and the shape are checked here, so a sweep never starts on a typo.
+    The keywords, their units and defaults: ``attnprof.scenarios.fields.FIELDS``.
+    """
+    sc = scenario if isinstance(scenario, Scenario) else (
+        load_scenario(str(scenario)) if scenario else (base or Scenario()))
+    given = {f.name: overrides.get(f.name) for f in FIELDS}
+    if given["head_dim"] is not None and given["d_model"] is not None:
+        raise UsageProblem("give --head-dim or --d-model, not both")
+    problem = flag_problem(given)
+    if problem:
+        raise UsageProblem(problem)
+    if given["head_dim"] is not None:
+        given["d_model"] = given["head_dim"] * (given["heads"] if given["heads"] is not None else sc.heads)
+    if given["dtype"] is not None:
+        given["dtype"] = canonical_dtype(given["dtype"])
+    refuse_ignored(sc, **given)
+    seq_lens = given["seq_lens"]
+    given["seq_lens"] = tuple(seq_lens) if seq_lens else (() if (given["min_len"] or given["max_len"]) else None)
+    given["variants"], given["modes"] = listed(given["variants"]), listed(given["modes"])
+    stored = {f.name: given[f.name] for f in STORED}
+    changed = {k: v for k, v in stored.items() if v is not None and v != getattr(sc, k)}
+    sc = sc.override(**stored)
+    if changed:  # the file's description no longer tells the whole story
+        told = ", ".join(f"{k}={list(v) if isinstance(v, tuple) else v}" for k, v in changed.items())
+        sc = sc.override(description=f"{sc.description} [overridden: {told}]".strip())
+    if sc.min_len > sc.max_len and not sc.seq_lens:
+        raise UsageProblem(f"--min-len {sc.min_len} is above --max-len {sc.max_len}")
+    _check_points(sc)
+    return sc
+
+
+def listed(values: Union[str, Sequence[str], None]) -> Optional[tuple]:
+    """'a,b' or ['a', 'b,c'] -> a tuple of labels (commas inside [...] stay); None stays None."""
+    if values is None:
+        return None
+    from attnprof.scenarios.variants.catalog import split_labels
+
+    items = [values] if isinstance(values, str) else list(values)
+    return tuple(label for item in items for label in split_labels(item)) or None
+
+
+def _check_points(sc: Scenario) -> None:
+    """The shape, the modes and every variant's options, through the real registry."""
+    from attnprof.profiler.runner.plan import modes_of, shape_at, variant_specs
+    from attnprof.scenarios.variants.base import VariantError
+
+    shape_at(sc, sc.lengths()[0] if sc.lengths() else 1)  # validates d_model/heads/dtype
+    modes_of(sc)
+    for spec in variant_specs(sc):
+        problems = []
+        for n in sc.lengths():
+            try:
+                spec.check_shape(n, sc.heads, sc.d_model // sc.heads)
+                break
+            except VariantError as exc:
+                problems.append(str(exc))
+        else:
+            if problems:
+                raise VariantError(problems[-1])
+
+
+def to_bytes(text: Union[str, int], flag: str) -> int:
+    """A size ('80GiB' or bytes) given as ``flag``; a one-line UsageProblem naming it."""
+    try:
+        return parse_bytes(text)
+    except ValueError as exc:
+        raise UsageProblem(f"{flag}: {exc}") from None
