@@ -18,7 +18,8 @@ from __future__ import annotations
 import importlib
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 from importlib.metadata import EntryPoint, entry_points
 from typing import Callable, Type
 
@@ -225,9 +226,14 @@ class VariantSpec:
     name: str
     options: dict = field(default_factory=dict)  # coerced, only those given
 
-    @property
+    @cached_property
     def cls(self) -> Type[Attention]:
+        """The variant's class, looked up once per spec (then kept; not pickled: a worker
+        that unpickles the spec looks it up again, once)."""
         return get_variant(self.name)
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "cls"}
 
     @property
     def label(self) -> str:
@@ -273,6 +279,17 @@ def parse_variant(text: str, *, load_plugins: bool = True) -> VariantSpec:
     coerced = cls.resolve_options(given)
     options = {key: coerced[key] for key in given}  # keep the user's order, drop defaults
     return VariantSpec(name, options)
+
+
+def spec_of(point) -> VariantSpec:
+    """A point's parsed variant: the one its builder set (``Point.spec``, parsed once), or,
+    for a point built by hand (a test, a script), its label parsed now."""
+    return point.spec if point.spec is not None else parse_variant(point.variant)
+
+
+def with_spec(point):
+    """``point`` carrying its parsed variant (itself when it already does)."""
+    return point if point.spec is not None else replace(point, spec=parse_variant(point.variant))
 
 
 def parse_variants(values: list[str] | None) -> list[VariantSpec]:
