@@ -190,11 +190,22 @@ def variant_names() -> list[str]:
     (module files sorted, then order in the file) even when a module was imported first
     by hand; then the installed entry-point plug-ins, by name only (their code is not
     imported here)."""
-    _load_builtins()
-    rank = {f"{__package__}.{m}": i for i, m in enumerate(builtin_modules())}
-    names = sorted(_REGISTRY, key=lambda name: rank.get(_REGISTRY[name].__module__, len(rank)))  # stable
+    names = _registered()
     names += [name for name in _entry_points() if name not in names]
     return names
+
+
+def builtin_variant_names() -> list[str]:
+    """The names the built-in modules registered, in ``variant_names`` order, no plug-in
+    (catalog.builtin_names is the same list, read without importing torch)."""
+    builtin = {f"{__package__}.{m}" for m in builtin_modules()}
+    return [name for name in _registered() if _REGISTRY[name].__module__ in builtin]
+
+
+def _registered() -> list[str]:
+    _load_builtins()
+    rank = {f"{__package__}.{m}": i for i, m in enumerate(builtin_modules())}
+    return sorted(_REGISTRY, key=lambda name: rank.get(_REGISTRY[name].__module__, len(rank)))  # stable
 
 
 def get_variant(name: str, *, load_plugins: bool = True) -> Type[Attention]:
