@@ -117,16 +117,11 @@ def plugins() -> list[VariantInfo]:
 
 def builtin_names() -> tuple:
     """THE list of built-in variants, in registration order: the names the variant files
-    of this package register. The registry imports exactly these files (``builtin_modules``),
-    ``attnprof variants`` lists these names, the reports resolve only these
-    (reports/builtins.py); read from the source, so listing them imports no torch. A
-    module this reader cannot evaluate: the registry's own built-ins (it imports them)."""
-    try:
-        return tuple(v.name for v in builtin_variants())
-    except StaticReadError:  # a construct the reader misses (a bug here): ask the registry
-        from attnprof.scenarios.variants.registry import builtin_variant_names
-
-        return tuple(builtin_variant_names())
+    of this package register. The registry imports exactly these files (``builtin_modules``;
+    registry.builtin_variant_names is this list, imported), ``attnprof variants`` lists
+    these names, the reports resolve only these (reports/builtins.py). Read from the
+    source, so listing them imports no torch; ``StaticReadError`` as ``builtin_variants``."""
+    return tuple(v.name for v in builtin_variants())
 
 
 def names() -> list[str]:
