@@ -5,14 +5,14 @@ measurement -> ``PointRecord`` (one flat row, units in the field names) -> DataF
 
 Identity fields are derived from the dataclass fields (as ``torch.utils.benchmark``
 derives a task spec's), so results, resume, reports and the gate agree on what "the
-same point" means without a second list. Nothing here imports torch.
+same point" means without a second list. Nothing here imports torch, nor anything of
+scenarios: a point's parsed variant (``Point.spec``) is set by whoever builds it.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field, fields, replace
-from functools import cached_property
 from typing import Optional
 
 from attnprof.errors import UserError
@@ -88,6 +88,13 @@ class Point:
     scope: str  # one of SCOPES
     shape: Shape
     forward_only: bool = False
+    # The parsed variant (a scenarios.variants VariantSpec whose label is ``variant``), set
+    # once by whoever builds the point from a label (runner/plan.py) and carried over by
+    # dataclasses.replace; None for a point built by hand (scenarios.variants.spec_of then
+    # parses the label). Not part of the identity (compare=False, NOT_IDENTITY), never
+    # written into a record; it travels with the point when it is pickled to a worker.
+    # Typed loosely: the data model imports nothing of scenarios.
+    spec: Optional[object] = field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
         if self.scope not in SCOPES:
@@ -96,17 +103,9 @@ class Point:
             object.__setattr__(self, "mode", NO_MODE)
         elif self.mode not in MODES:
             raise UserError(f"unknown mode {self.mode!r}; choose one of {', '.join(MODES)}")
-
-    @cached_property
-    def spec(self):
-        """The parsed, validated variant (a ``VariantSpec``); parsed once, on first use.
-
-        Parsing resolves the variant's class (a plug-in path is imported here), so
-        only code that runs the point asks for it; reports and the gate never do.
-        """
-        from attnprof.scenarios.variants.registry import parse_variant
-
-        return parse_variant(self.variant)
+        label = getattr(self.spec, "label", None)
+        if self.spec is not None and label != self.variant:
+            raise ValueError(f"a point of variant {self.variant!r} given the parsed variant {label!r}")
 
     def identity(self) -> dict:
         """The identity fields of a result record, in IDENTITY_FIELDS order, plus head_dim."""
@@ -130,9 +129,12 @@ def variant_family(label) -> str:
     return text.split("[", 1)[0].strip() or text
 
 
+# Point fields that are not identity: the parsed variant is the label's, which is identity already.
+NOT_IDENTITY = ("spec",)
 # Derived from the dataclasses above: Point's own fields with the Shape expanded in place.
 IDENTITY_FIELDS = tuple(
-    name for f in fields(Point) for name in ([g.name for g in fields(Shape)] if f.name == "shape" else [f.name]))
+    name for f in fields(Point) if f.name not in NOT_IDENTITY
+    for name in ([g.name for g in fields(Shape)] if f.name == "shape" else [f.name]))
 
 
 def key_of_record(record: dict) -> tuple:

@@ -4,33 +4,32 @@ A run folder is data. Its variant labels must never run code, so a report resolv
 label (its expected exponents, a prediction for the capacity chart) only when the label
 names a built-in variant. ``package.module:Class`` labels, entry-point plug-ins and
 unknown names are never imported: their rows render from the run's own records.
+
+Which names are built in comes from the one list the CLI and the registry share
+(``scenarios/variants/catalog.builtin_names``, read from the variant files without
+importing torch). A label is parsed at most once per process (``builtin_spec``): the
+scaling table and the capacity chart of every series of that label share the parse.
 """
 
 from __future__ import annotations
 
-import importlib
 from functools import lru_cache
 from typing import Optional
 
 from attnprof.profiler.records import variant_family
 
-_PACKAGE = "attnprof.scenarios.variants"
-
 
 @lru_cache(maxsize=1)
 def builtin_names() -> frozenset:
-    """Names the built-in variant modules register (found on disk, as the registry finds them)."""
-    from attnprof.scenarios.variants.base import Attention
-    from attnprof.scenarios.variants.registry import builtin_modules
+    """Names the built-in variant modules register (the catalog's list, torch-free)."""
+    from attnprof.scenarios.variants.catalog import StaticReadError, builtin_names as listed
 
-    names = set()
-    for module_name in builtin_modules():
-        module = importlib.import_module(f"{_PACKAGE}.{module_name}")
-        for obj in vars(module).values():
-            if (isinstance(obj, type) and issubclass(obj, Attention) and obj.__module__ == module.__name__
-                    and isinstance(getattr(obj, "name", None), str) and obj.name):
-                names.add(obj.name)
-    return frozenset(names)
+    try:
+        return frozenset(listed())
+    except StaticReadError:  # a construct the catalog cannot read (its bug): the registry's, imported
+        from attnprof.scenarios.variants.registry import builtin_variant_names
+
+        return frozenset(builtin_variant_names())
 
 
 def is_builtin(label) -> bool:
@@ -43,6 +42,12 @@ def builtin_spec(label):
     an unknown name, options the variant refuses). Never imports code a label names."""
     if not is_builtin(label):
         return None
+    return _parsed(label)
+
+
+@lru_cache(maxsize=None)
+def _parsed(label: str):
+    """One parse per built-in label and process (a spec is never changed once made)."""
     from attnprof.scenarios.variants.base import VariantError
     from attnprof.scenarios.variants.registry import parse_variant
 

@@ -13,7 +13,7 @@ measurement: records carry them in ``gpu_*`` fields, tables label them "model".
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from attnprof.profiler.hardware.gpus import GpuSpec
@@ -278,7 +278,7 @@ def _series_search(job) -> tuple[list[dict], dict]:
     known: dict = {}  # n -> {gpu key: GpuPrediction} or a refusal reason
 
     def point_at(n: int) -> Point:
-        return Point(template.variant, template.mode, template.scope, shape_at(scenario, n), template.forward_only)
+        return replace(template, shape=shape_at(scenario, n))
 
     def at(n: int):
         if n not in known:

@@ -17,6 +17,7 @@ from attnprof.profiler.measure.flops import FlopCounter
 from attnprof.profiler.records import Point
 from attnprof.profiler.measure.tracker import MemoryTracker
 from attnprof.profiler.measure.workload import Workload
+from attnprof.scenarios.variants.registry import spec_of, with_spec
 
 
 @dataclass
@@ -42,6 +43,7 @@ def account(point: Point, *, fake: bool, device: str = "cpu", count_flops: bool 
     from attnprof.profiler.measure.internals import new_fake_mode  # imported when needed: sympy, ~0.3 s
 
     start = time.perf_counter()
+    point = with_spec(point)  # a point built by hand: its label parsed once, here
     torch.manual_seed(seed)
     outer = new_fake_mode(quick=False) if fake else contextlib.nullcontext()
     with outer:
@@ -82,6 +84,7 @@ def predict(point: Point, *, count_flops: bool = True, exact: bool = False) -> A
     if exact:
         return account(point, fake=True, device="cpu", count_flops=count_flops)
     start = time.perf_counter()
+    point = with_spec(point)  # a point built by hand: its label parsed once, here
     hit = prediction_cache.load(point)
     if hit is not None:
         acc = Accounting(**hit, cached=True)
@@ -113,13 +116,14 @@ def small_point(point: Point) -> bool:
     layout, so the two runs record the same ops (tested). In bfloat16 they do not
     everywhere (measured: an LSH backward where a real tensor is viewed, a fake one copied
     first), so bfloat16 points take the fake path, which is the reference."""
-    cls = point.spec.cls
+    spec = spec_of(point)
+    cls = spec.cls
     if not cls.__module__.startswith("attnprof.scenarios.variants."):
         return False  # a plug-in: its memory is not known before it runs
     s = point.shape
     if s.dtype != "float32":
         return False
-    options = cls.resolve_options(point.spec.options)
+    options = cls.resolve_options(spec.options)
     factor = max([1] + [v for v in options.values() if isinstance(v, int) and not isinstance(v, bool)])
     elements = s.batch * s.layers * (s.heads * s.seq_len ** 2 * factor + 8 * s.seq_len * s.d_model * s.ff_mult)
     return elements * 8 <= SMALL_POINT_BYTES
@@ -169,9 +173,7 @@ def _accounting(traced, method: str) -> Accounting:
 
 
 def _layer_period(point: Point) -> int:
-    from attnprof.scenarios.variants.registry import parse_variant
-
-    return parse_variant(point.variant).layer_period()
+    return spec_of(point).layer_period()
 
 
 def _with_layers(point: Point, layers: int) -> Point:

@@ -114,8 +114,9 @@ def key_of(point: Point) -> Optional[dict]:
     import torch
 
     from attnprof import __version__
+    from attnprof.scenarios.variants.registry import spec_of
 
-    spec = point.spec
+    spec = spec_of(point)
     cls = spec.cls
     options = cls.resolve_options(spec.options)
     builtin = cls.__module__.startswith("attnprof.scenarios.variants.")

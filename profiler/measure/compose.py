@@ -300,7 +300,7 @@ def trace_point(point: Point, *, marks: bool = False, count_flops: bool = True, 
     with light_dynamo(), (_fake_mode(mode) if real_limit_bytes is None else contextlib.nullcontext()):
         work = Workload(point, "cpu")
         tracer = Tracer(count_flops, limit_bytes=real_limit_bytes)
-        marker = _Marks(tracer, work, point.spec.layer_period()) if marks and point.scope == "model" else None
+        marker = _Marks(tracer, work, work.spec.layer_period()) if marks and point.scope == "model" else None
         backward_at = []
 
         def phase(name: str) -> None:

@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from attnprof.profiler.records import Point
-from attnprof.scenarios.variants.registry import parse_variant
+from attnprof.scenarios.variants.registry import spec_of
 from attnprof.scenarios.stack.blocks import Stack
 
 
@@ -53,7 +53,7 @@ def scope_note(point: Point) -> str:
     """What a record of this point must say about how it was measured, or ''."""
     if point.scope != "attention":
         return ""
-    period = parse_variant(point.variant).layer_period()
+    period = spec_of(point).layer_period()
     if period == 1:
         return ""
     return (f"scope attention: one core of each of the {period} alternating layer kinds (layer_index 0..{period - 1}) "
@@ -69,12 +69,13 @@ def _one_period(layers: nn.ModuleList, q, k, v) -> torch.Tensor:
 
 
 class Workload:
-    """A point made concrete on a device: ``params``, ``inputs``, ``dout``, ``forward()``, ``backward()``."""
+    """A point made concrete on a device: ``spec`` (its parsed variant), ``params``, ``inputs``,
+    ``dout``, ``forward()``, ``backward()``."""
 
     def __init__(self, point: Point, device: str | torch.device = "cpu"):
         self.point = point
+        self.spec = spec = spec_of(point)  # the point's parsed variant (parsed here only for a hand-built point)
         shape = point.shape
-        spec = parse_variant(point.variant)
         spec.check_shape(shape.seq_len, shape.heads, shape.head_dim)
         device, dtype = torch.device(device), shape.torch_dtype
         grad = not point.forward_only

@@ -1,10 +1,13 @@
-"""From a Scenario to the points it covers, in series order (variant x mode, then length)."""
+"""From a Scenario to the points it covers, in series order (variant x mode, then length).
+
+Each label is parsed here, once: every point carries its parsed variant (``Point.spec``),
+which the prediction, the workload and the cache key reuse."""
 
 from __future__ import annotations
 
 from attnprof.profiler.records import DTYPE_BYTES, MODES, NO_MODE, SCOPES, Point, Shape
 from attnprof.profiler.units import INT64_MAX
-from attnprof.scenarios.variants.registry import VariantSpec, parse_variants
+from attnprof.scenarios.variants.registry import VariantSpec, parse_variants, spec_of
 from attnprof.scenarios.scenario import Scenario
 from attnprof.errors import UserError
 
@@ -59,7 +62,7 @@ def series(scenario: Scenario) -> list[list[Point]]:
     out = []
     for spec in variant_specs(scenario):
         for mode in modes_of(scenario):
-            out.append([Point(spec.label, mode, scenario.scope, s, scenario.forward_only) for s in shapes])
+            out.append([Point(spec.label, mode, scenario.scope, s, scenario.forward_only, spec=spec) for s in shapes])
     return out
 
 
@@ -70,11 +73,10 @@ def points(scenario: Scenario) -> list[Point]:
 def shape_problem(point: Point) -> str | None:
     """Why this variant cannot run at this shape (e.g. LSH bucket size vs n), or None."""
     from attnprof.scenarios.variants.base import VariantError
-    from attnprof.scenarios.variants.registry import parse_variant
 
     s = point.shape
     try:
-        spec = parse_variant(point.variant)
+        spec = spec_of(point)
         spec.check_shape(s.seq_len, s.heads, s.head_dim)
     except VariantError as exc:
         return str(exc)

@@ -10,6 +10,7 @@ budget search schedules each of its predictions so (runner/chains.py).
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Callable, Hashable, Optional
 
 from attnprof.profiler.forks import usable_cores
@@ -112,7 +113,7 @@ class _Series:
 
     def point(self, n: int) -> Point:
         t = self.template
-        return Point(t.variant, t.mode, t.scope, shape_at(self.scenario, n), t.forward_only)
+        return replace(t, shape=shape_at(self.scenario, n))  # the template's parsed variant carries over
 
     def accepts(self, n: int) -> bool:
         if n not in self._accepts:
@@ -306,7 +307,7 @@ def _series_capacity(job) -> dict[str, int]:
 
     def peak(n: int) -> int | None:
         if n not in known:
-            point = Point(template.variant, template.mode, template.scope, shape_at(scenario, n), template.forward_only)
+            point = replace(template, shape=shape_at(scenario, n))
             known[n] = None if shape_problem(point) else predict(point, count_flops=False).peak_bytes
         return known[n]
 
@@ -324,6 +325,6 @@ def _series_capacity(job) -> dict[str, int]:
     out = {}
     for n, value in known.items():
         if value is not None:
-            point = Point(template.variant, template.mode, template.scope, shape_at(scenario, n), template.forward_only)
+            point = replace(template, shape=shape_at(scenario, n))
             out[point.key_text()] = value
     return out

@@ -115,6 +115,15 @@ def plugins() -> list[VariantInfo]:
     return list(out.values())
 
 
+def builtin_names() -> tuple:
+    """THE list of built-in variants, in registration order: the names the variant files
+    of this package register. The registry imports exactly these files (``builtin_modules``;
+    registry.builtin_variant_names is this list, imported), ``attnprof variants`` lists
+    these names, the reports resolve only these (reports/builtins.py). Read from the
+    source, so listing them imports no torch; ``StaticReadError`` as ``builtin_variants``."""
+    return tuple(v.name for v in builtin_variants())
+
+
 def names() -> list[str]:
     return [v.name for v in variants()]
 

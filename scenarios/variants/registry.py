@@ -18,7 +18,8 @@ from __future__ import annotations
 import importlib
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 from importlib.metadata import EntryPoint, entry_points
 from typing import Callable, Type
 
@@ -189,11 +190,22 @@ def variant_names() -> list[str]:
     (module files sorted, then order in the file) even when a module was imported first
     by hand; then the installed entry-point plug-ins, by name only (their code is not
     imported here)."""
-    _load_builtins()
-    rank = {f"{__package__}.{m}": i for i, m in enumerate(builtin_modules())}
-    names = sorted(_REGISTRY, key=lambda name: rank.get(_REGISTRY[name].__module__, len(rank)))  # stable
+    names = _registered()
     names += [name for name in _entry_points() if name not in names]
     return names
+
+
+def builtin_variant_names() -> list[str]:
+    """The names the built-in modules registered, in ``variant_names`` order, no plug-in
+    (catalog.builtin_names is the same list, read without importing torch)."""
+    builtin = {f"{__package__}.{m}" for m in builtin_modules()}
+    return [name for name in _registered() if _REGISTRY[name].__module__ in builtin]
+
+
+def _registered() -> list[str]:
+    _load_builtins()
+    rank = {f"{__package__}.{m}": i for i, m in enumerate(builtin_modules())}
+    return sorted(_REGISTRY, key=lambda name: rank.get(_REGISTRY[name].__module__, len(rank)))  # stable
 
 
 def get_variant(name: str, *, load_plugins: bool = True) -> Type[Attention]:
@@ -225,9 +237,14 @@ class VariantSpec:
     name: str
     options: dict = field(default_factory=dict)  # coerced, only those given
 
-    @property
+    @cached_property
     def cls(self) -> Type[Attention]:
+        """The variant's class, looked up once per spec (then kept; not pickled: a worker
+        that unpickles the spec looks it up again, once)."""
         return get_variant(self.name)
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "cls"}
 
     @property
     def label(self) -> str:
@@ -273,6 +290,17 @@ def parse_variant(text: str, *, load_plugins: bool = True) -> VariantSpec:
     coerced = cls.resolve_options(given)
     options = {key: coerced[key] for key in given}  # keep the user's order, drop defaults
     return VariantSpec(name, options)
+
+
+def spec_of(point) -> VariantSpec:
+    """A point's parsed variant: the one its builder set (``Point.spec``, parsed once), or,
+    for a point built by hand (a test, a script), its label parsed now."""
+    return point.spec if point.spec is not None else parse_variant(point.variant)
+
+
+def with_spec(point):
+    """``point`` carrying its parsed variant (itself when it already does)."""
+    return point if point.spec is not None else replace(point, spec=parse_variant(point.variant))
 
 
 def parse_variants(values: list[str] | None) -> list[VariantSpec]:

@@ -221,3 +221,26 @@ def test_a_float_option_must_be_finite(raw):
 
     assert "finite" in one_line_error(lambda: Option(float, 1.0, "a float").coerce("alpha", raw))
     assert Option(float, 1.0, "a float").coerce("alpha", "0.5") == 0.5
+
+
+def test_a_spec_looks_its_class_up_once_and_pickles_without_it(monkeypatch):
+    import pickle
+
+    from attnprof.scenarios.variants import registry
+
+    spec = registry.parse_variant("lsh[n_hashes=2]")
+    lookups = []
+    lookup = registry.get_variant
+    monkeypatch.setattr(registry, "get_variant", lambda name, **kw: lookups.append(name) or lookup(name, **kw))
+    assert spec.cls is spec.cls is spec.cls
+    assert lookups == ["lsh"]
+    again = pickle.loads(pickle.dumps(spec))
+    assert again == spec and again.cls is spec.cls and lookups == ["lsh", "lsh"]
+
+
+def test_the_builtin_names_are_one_list_for_the_catalog_the_registry_and_the_reports():
+    from attnprof.reports.builtins import builtin_names
+    from attnprof.scenarios.variants import catalog, registry
+
+    assert list(catalog.builtin_names()) == registry.builtin_variant_names()
+    assert builtin_names() == frozenset(catalog.builtin_names())
