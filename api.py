@@ -153,7 +153,7 @@ class Predictions:
     gpu_labels: dict = field(default_factory=dict)  # GPU key -> as printed (GpuSpec.label: an override says so)
 
     def table(self) -> str:
-        from attnprof.profiler.runner.predict import format_table
+        from attnprof.profiler.predict.points import format_table
 
         if self.gpu_labels:  # the records keep the key (data); the table shows the label
             return replace(self, records=[{**r, "gpu": self.gpu_labels.get(r.get("gpu"), r.get("gpu"))}
@@ -170,7 +170,8 @@ class Predictions:
 
                 text += "\n\n" + format_time_table([r for r in self.records if r.get("status") == "ok"])
             return text
-        from attnprof.profiler.gpu.model import GPU_FIELDS, format_gpu_budget_table, format_gpu_table
+        from attnprof.profiler.memmodel.gpu_peak import GPU_FIELDS
+        from attnprof.profiler.memmodel.gpu_format import format_gpu_budget_table, format_gpu_table
 
         if self.budget_bytes is not None:
             return format_gpu_budget_table(self.records)
@@ -198,7 +199,7 @@ def predict(scenario: Union[PathLike, Scenario, None] = None, *, budget: Union[s
     fits, searched from ``min_len`` (default 256) up to ``max_len`` (default 1M); with
     ``resolution`` (tokens), the longest multiple of it that fits, by a search over exact
     predictions (``longest_fitting``). ``no_cache``: neither read nor write the persistent
-    prediction cache (profiler/measure/cache.py).
+    prediction cache (profiler/predict/cache.py).
 
     ``gpus`` (GPU table keys, ``gpu_table``): also run the GPU memory model, one record
     per point x GPU with the ``gpu_*`` fields (predicted allocator peaks and total; see
@@ -212,7 +213,7 @@ def predict(scenario: Union[PathLike, Scenario, None] = None, *, budget: Union[s
     ``sort="time"``: ``table()`` ranks the points that fit (the GPU's memory with ``gpus``,
     else this machine's) by predicted step time, fastest first.
     """
-    from attnprof.profiler.measure import cache
+    from attnprof.profiler.predict import cache
 
     if sort not in (None, "time"):
         raise UsageProblem(f"--sort {sort!r}: the one order is 'time'")
@@ -239,7 +240,7 @@ def predict(scenario: Union[PathLike, Scenario, None] = None, *, budget: Union[s
 def _predictions(scenario, *, budget, variants, modes, scope, batch, heads, head_dim, d_model, layers, dtype, seq_lens,
              min_len, max_len, tokens_per_batch, ff_chunks, forward_only, gpus, gpu_files, resolution,
              sort=None) -> Predictions:
-    from attnprof.profiler.runner.predict import longest_fitting
+    from attnprof.profiler.predict.points import longest_fitting
 
     budget_bytes = _bytes(budget, "--budget") if budget is not None else None
     specs = _named_gpus(gpus, gpu_files)  # unknown names fail before any work
@@ -254,7 +255,8 @@ def _predictions(scenario, *, budget, variants, modes, scope, batch, heads, head
         from functools import partial
 
         from attnprof.profiler.runner.plan import series
-        from attnprof.profiler.runner.predict import point_key, prediction_record, spread
+        from attnprof.profiler.predict.points import point_key, prediction_record
+        from attnprof.profiler.predict.pool import spread
         from attnprof.profiler.timemodel.machine import machine_rates
 
         notes: list = []
@@ -266,14 +268,14 @@ def _predictions(scenario, *, budget, variants, modes, scope, batch, heads, head
         records = spread(partial(prediction_record, rates=rates), [p for s in series(sc) for p in s],
                          warm_key=point_key)
         if specs:
-            from attnprof.profiler.gpu.model import add_gpu_fields
+            from attnprof.profiler.predict.gpu_points import add_gpu_fields
 
             records = add_gpu_fields(records, [p for s in series(sc) for p in s], specs)
         limit = default_memory_limit("cpu") if sort and not specs else None
         return Predictions(records, sc, gpus=keys, sort=sort, notes=notes, memory_limit_bytes=limit,
                            gpu_labels=labels)
     if specs:
-        from attnprof.profiler.gpu.model import gpu_longest_fitting
+        from attnprof.profiler.predict.gpu_points import gpu_longest_fitting
 
         return Predictions(gpu_longest_fitting(sc, specs, budget_bytes, start=start, limit=max_len), sc,
                            budget_bytes, gpus=keys, gpu_labels=labels)
@@ -327,7 +329,7 @@ def calibrate(*, no_cache: bool = False, threads: Optional[int] = None) -> Calib
     torch's, as a sweep's timing pass), or read them from the cache (``no_cache``: measure
     again and overwrite it). A failed or implausible measurement is a CalibrationError
     (one line, exit 2), and nothing is cached."""
-    from attnprof.profiler.runner.predict import usable_cores
+    from attnprof.profiler.forks import usable_cores
     from attnprof.profiler.timemodel.machine import calibration, path_of
 
     if threads is not None and threads < 1:
@@ -421,7 +423,7 @@ def sweep(scenario: Union[PathLike, Scenario, None] = DEFAULT_SCENARIO, *,
     """
     from datetime import datetime
 
-    from attnprof.profiler.measure import cache
+    from attnprof.profiler.predict import cache
     from attnprof.profiler.runner.sweep import SweepSettings, resolve_device, run_sweep
 
     specs = _named_gpus(gpus, gpu_files)  # unknown names fail before any work
@@ -564,10 +566,10 @@ def _capacity_within(sc: Scenario, budgets_gib: tuple, seconds: float, gpus: Opt
 
     from attnprof.profiler.forks import fork_pool
     from attnprof.profiler.runner.plan import series
-    from attnprof.profiler.runner.predict import capacity_predictions
+    from attnprof.profiler.predict.points import capacity_predictions
 
     if gpus:
-        from attnprof.profiler.gpu.model import gpu_capacity_predictions
+        from attnprof.profiler.predict.gpu_points import gpu_capacity_predictions
 
         task, extra = gpu_capacity_predictions, (gpus,)
     else:
@@ -616,7 +618,7 @@ def report(run_dir: PathLike, *, output: Optional[PathLike] = None, baseline: Op
     ``no_cache``: its predictions neither read nor write the persistent prediction cache.
     ``log`` gets one warning line for invalid records left out (the page notes them too)
     and for a render cache with invalid entries (ignored and rewritten)."""
-    from attnprof.profiler.measure import cache
+    from attnprof.profiler.predict import cache
 
     specs = _named_gpus(gpus, gpu_files)  # unknown names fail before any work
     if seconds < 0:

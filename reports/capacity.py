@@ -2,7 +2,7 @@
 series × mode: "which attention, at what length, on which GPU".
 
 Predicted peaks come from the run's ``predicted_peak_bytes`` column and, beyond its
-lengths, from ``attnprof.profiler.measure.accounting.predict`` (fake tensors, no allocation),
+lengths, from ``attnprof.profiler.predict.fake_run.predict`` (fake tensors, no allocation),
 called only at the lengths that decide a boundary and only within a time budget. Where
 the budget runs out, the figure is a log-log extrapolation and is marked as such.
 Predictions are cached in the run folder: a later render starts where this one stopped.
@@ -11,7 +11,7 @@ results file is data, and its curve is drawn from the run's own records.
 
 With named GPUs (``--gpu``) the columns are those GPUs instead of generic budgets, and
 the figure that must fit is the GPU memory MODEL's ``gpu_total_bytes`` (CUDA context +
-the simulated allocator's reserved peak, ``attnprof.profiler.gpu.model``) against the
+the simulated allocator's reserved peak, ``attnprof.profiler.memmodel.gpu_peak``) against the
 GPU's own memory: predicted (GPU model), never measured. Its figures are cached beside
 the others, in their own file, per (GPU, point).
 """
@@ -51,7 +51,7 @@ GpuPredictor = Callable[[Point, list], dict]  # (point, GPU specs) -> {GPU key: 
 def default_predictor(point: Point) -> int:
     if not is_builtin(point.variant):  # capacity() never asks; a second lock on the same door
         raise UserError(f"{point.variant!r} is not a built-in variant; reports predict built-ins only")
-    from attnprof.profiler.measure.accounting import predict  # torch machinery: import on first use
+    from attnprof.profiler.predict.fake_run import predict  # torch machinery: import on first use
 
     return predict(point, count_flops=False).peak_bytes
 
@@ -61,7 +61,8 @@ def default_gpu_predictor(point: Point, gpus: list) -> dict:
     allocator replay per GPU."""
     if not is_builtin(point.variant):
         raise UserError(f"{point.variant!r} is not a built-in variant; reports predict built-ins only")
-    from attnprof.profiler.gpu.model import TraceCache, predict_gpu  # torch machinery: import on first use
+    from attnprof.profiler.memmodel.gpu_peak import TraceCache  # torch machinery: import on first use
+    from attnprof.profiler.predict.gpu_points import predict_gpu
 
     traces = TraceCache()
     return {g.key: predict_gpu(point, g, traces).fields() for g in gpus}
@@ -344,7 +345,7 @@ def _read_cache(run_dir: Path | None, warn: Optional[Warn]) -> tuple[dict, bool]
 
 def add_gpu_predictions(run_dir: Path, gpus: list, entries: dict, warn: Optional[Warn] = None) -> None:
     """Merge model figures made elsewhere (the sweep's capacity phase:
-    ``profiler.gpu.model.gpu_capacity_predictions``, (GPU key, point key) -> gpu_* fields)."""
+    ``profiler.predict.gpu_points.gpu_capacity_predictions``, (GPU key, point key) -> gpu_* fields)."""
     cache, bad = _read_gpu_cache(run_dir, warn)
     fingerprints = {g.key: gpu_fingerprint(g) for g in gpus}
     for (gpu, key), fields in entries.items():

@@ -85,7 +85,7 @@ def read_cache(run_dir: Path | None) -> tuple[dict, Optional[str]]:
 def clean_fields(fields) -> Optional[dict]:
     """A record's gpu_* fields as data: known names, plain finite values, a total > 0 and a
     boolean fit; None for anything else (a hostile or stale cache file)."""
-    from attnprof.profiler.gpu.model import GPU_FIELDS
+    from attnprof.profiler.memmodel.gpu_peak import GPU_FIELDS
 
     if not isinstance(fields, dict):
         return None

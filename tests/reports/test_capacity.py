@@ -117,7 +117,7 @@ def test_budget_keys_are_the_issue_budgets():
 def test_a_real_prediction_for_a_builtin_variant(tmp_path):
     """The default predictor (fake tensors, a few seconds for its first call): sdpa's memory
     is linear in n, so at this tiny shape even 1M tokens fits 16 GiB, and one call shows it."""
-    from attnprof.profiler.measure.accounting import predict
+    from attnprof.profiler.predict.fake_run import predict
     from attnprof.profiler.records import Point, Shape
 
     record = synthetic_record("sdpa", "plain", 256)

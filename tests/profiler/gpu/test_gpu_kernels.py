@@ -9,7 +9,7 @@ from attnprof.errors import UserError
 from attnprof.profiler.gpu.allocator import CachingAllocator
 from attnprof.profiler.gpu.kernels import (ALIAS, ALLOC, BACKEND_ENV, FREE, OP, TIE, choose_sdpa_backend,
                                            cublas_workspace_bytes, flash_num_splits, substitute)
-from attnprof.profiler.gpu.model import replay
+from attnprof.profiler.memmodel.gpu_peak import replay
 from attnprof.profiler.gpu.table import get_gpu
 from attnprof.profiler.measure.tracker import MemoryTracker
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from attnprof.profiler.measure import cache
-from attnprof.profiler.measure.accounting import predict
+from attnprof.profiler.predict import cache
+from attnprof.profiler.predict.fake_run import predict
 from attnprof.profiler.records import Point, Shape
 
 POINT = Point("sdpa", "plain", "model", Shape(batch=1, seq_len=128, d_model=32, heads=4, layers=5))
@@ -98,7 +98,7 @@ def corrupt_consistently(path):
     """A wrong figure with a matching checksum: the schema check still refuses a bool."""
     data = json.loads(path.read_text())
     data["value"]["peak_bytes"] = True
-    data["checksum"] = cache._checksum(data["key"], data["value"])
+    data["checksum"] = cache.checksum(data["key"], data["value"])
     path.write_text(json.dumps(data))
 
 
@@ -106,14 +106,14 @@ def corrupt_foreign(path):
     """Another point's entry under this point's file name."""
     data = json.loads(path.read_text())
     data["key"]["point"][0] = "full"
-    data["checksum"] = cache._checksum(data["key"], data["value"])
+    data["checksum"] = cache.checksum(data["key"], data["value"])
     path.write_text(json.dumps(data))
 
 
 def corrupt_extra_field(path):
     data = json.loads(path.read_text())
     data["value"]["note"] = "hello"
-    data["checksum"] = cache._checksum(data["key"], data["value"])
+    data["checksum"] = cache.checksum(data["key"], data["value"])
     path.write_text(json.dumps(data))
 
 

@@ -6,10 +6,10 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from attnprof.profiler.gpu.allocator import CachingAllocator
 from attnprof.profiler.gpu.kernels import substitute
-from attnprof.profiler.gpu.model import replay
+from attnprof.profiler.memmodel.gpu_peak import replay
 from attnprof.profiler.gpu.table import get_gpu
-from attnprof.profiler.gpu.trace import record_trace
-from attnprof.profiler.measure.accounting import predict
+from attnprof.profiler.memmodel.trace import record_trace
+from attnprof.profiler.predict.fake_run import predict
 from attnprof.profiler.measure.tracker import ALLOC, FREE, MARK, OP, MemoryTracker
 from attnprof.profiler.records import Point, Shape
 
