@@ -28,7 +28,7 @@ import torch
 
 from attnprof.profiler.measure.fakemode import light_dynamo
 from attnprof.profiler.measure.flops import REGISTRY
-from attnprof.profiler.measure.tracker import ALLOC, CATEGORIES, FREE, MARK, OP, MemoryTracker, TensorInfo, tensors_in
+from attnprof.profiler.measure.tracker import OP, MemoryTracker, tensors_in
 from attnprof.profiler.records import Point
 
 PASSES = ("param", "fwd", "bwd")

@@ -101,10 +101,6 @@ def _plugin_digest(cls) -> Optional[str]:
 
 def key_of(point: Point) -> Optional[dict]:
     """The cache key of a point's prediction, or None when it must not be cached."""
-    import torch
-
-    from attnprof import __version__
-
     spec = point.spec
     cls = spec.cls
     options = cls.resolve_options(spec.options)
@@ -112,9 +108,33 @@ def key_of(point: Point) -> Optional[dict]:
     plugin = None if builtin else _plugin_digest(cls)
     if not builtin and plugin is None:
         return None
-    return {"schema": SCHEMA, "torch": torch.__version__, "attnprof": __version__, "source": source_digest(),
-            "point": list(point.key()), "options": {k: _plain(v) for k, v in sorted(options.items())},
+    return {**versions(), "point": list(point.key()), "options": {k: _plain(v) for k, v in sorted(options.items())},
             "plugin": plugin}
+
+
+def versions() -> dict:
+    """What every cached prediction depends on beside its point: the entry schema, torch's
+    and attnprof's versions and the source digest. The report's caches in a run folder
+    (reports/render_cache.py) are keyed by it too (``versions_tag``)."""
+    from attnprof import __version__
+
+    return {"schema": SCHEMA, "torch": torch_version(), "attnprof": __version__, "source": source_digest()}
+
+
+def versions_tag() -> str:
+    """``versions()`` in 16 hex digits: a cache entry made under other versions is stale."""
+    return hashlib.sha256(_canonical(versions()).encode()).hexdigest()[:16]
+
+
+def torch_version() -> str:
+    """torch's version, without importing torch where it is not imported yet (a report
+    that reads its caches need not pay for it)."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        return torch.__version__
+    from importlib.metadata import version
+
+    return version("torch")
 
 
 def _plain(value):
@@ -203,6 +223,12 @@ def store(point: Point, value: dict) -> None:
     except OSError as exc:
         _warn_once(f"attnprof: warning: cannot write the prediction cache in {path.parent} "
                    f"({exc.strerror or exc}); predictions are not cached (set {ENV} to another folder)")
+
+
+def reset_warnings() -> None:
+    """Forget that the one warning was printed: the next unwritable folder says so again."""
+    global _warned
+    _warned = False
 
 
 def _warn_once(line: str) -> None:

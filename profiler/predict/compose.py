@@ -33,9 +33,11 @@ nothing is guessed):
 Plug-in code cannot see L (only its layer_index), so depth-dependence can only come from
 the stack itself: the test suite compares the composition with full-depth fake runs of
 every variant, mode, scope, option family and dtype at depths 1-24, and checks that a
-composition with a layer too few or too many is caught (tests/profiler/measure/test_compose.py).
+composition with a layer too few or too many is caught (tests/profiler/predict/test_compose.py).
 
-The trace and its marks come from ``profiler/measure/drive.py`` (``trace_point``).
+The trace and its marks come from ``profiler/measure/drive.py`` (``trace_point``). The
+module is over 400 lines because it is one algorithm: cutting the trace into runs, the
+checks that make composing it exact, and the composed figures read from those runs.
 """
 
 from __future__ import annotations

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import signal
 import sys
 import threading
 import traceback
@@ -242,3 +241,36 @@ def spread(fn: Callable, tasks: list, workers: Optional[int] = None,
 def _once(task):
     """A chain of one step."""
     return (yield task)
+
+
+def within(fn: Callable, arg_tuples: list, seconds: float) -> list:
+    """``fn(*args)`` for each of ``arg_tuples``, one task per forked worker process (up to
+    one per core), keeping the results that finish within ``seconds`` (in order, the
+    unfinished and the failed left out); the workers still busy then are terminated.
+    Where a forked worker could not run a backward (profiler/forks.autograd_fork_safe: a
+    CUDA build after one), the tasks run in this process, one after another, until the
+    deadline. Predictions run no real kernels and touch no GPU, so forking is safe."""
+    import time
+
+    from attnprof.profiler.forks import autograd_fork_safe, fork_pool
+
+    deadline = time.monotonic() + seconds
+    if not autograd_fork_safe():
+        out = []
+        for args in arg_tuples:
+            if time.monotonic() >= deadline:
+                break
+            out.append(fn(*args))
+        return out
+    pool = fork_pool(max(1, min(len(arg_tuples), os.cpu_count() or 1)))
+    out = []
+    try:
+        pending = [pool.apply_async(fn, args) for args in arg_tuples]
+        for result in pending:
+            result.wait(max(0.0, deadline - time.monotonic()))
+            if result.ready() and result.successful():
+                out.append(result.get())
+    finally:
+        pool.terminate()  # unfinished tasks: their figures stay extrapolations ('~')
+        pool.join()
+    return out

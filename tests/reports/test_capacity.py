@@ -137,3 +137,19 @@ def test_fit_text_marks_extrapolation_the_cap_and_absence():
     assert fit_text(Fit(1 << MAX_EXP, True, True)) == "1M+"
     assert fit_text(Fit(0, True, False)) == "<16"
     assert fit_text(None) == "?" and fit_text(None, ran=False) == "–"
+
+
+def test_a_render_cache_entry_written_by_other_code_is_never_used(tmp_path, monkeypatch):
+    """The report's cache is keyed as the prediction cache is (its versions tag, holding the
+    source digest): after a code change an entry is stale, not read."""
+    from attnprof.profiler.predict import cache
+    from attnprof.reports import render_cache
+
+    render_cache.write_cache(tmp_path, {"point": 123})
+    assert render_cache.read_cache(tmp_path) == ({"point": 123}, None)
+    monkeypatch.setattr(cache, "source_digest", lambda: "0" * 64)  # the code changed
+    assert render_cache.read_cache(tmp_path) == ({}, None)
+    render_cache.write_cache(tmp_path, {"point": 456})
+    assert render_cache.read_cache(tmp_path) == ({"point": 456}, None)
+    monkeypatch.undo()
+    assert render_cache.read_cache(tmp_path) == ({}, None)  # the stale entry was dropped on writing

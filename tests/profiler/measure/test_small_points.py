@@ -69,15 +69,15 @@ def test_a_real_run_past_its_limit_falls_back_to_fake_tensors(monkeypatch):
 
 def test_mutation_a_real_run_that_lost_its_tracker_is_caught(monkeypatch):
     """The equality above can fail: a real run whose tracker misses the parameters' storages."""
-    from attnprof.profiler.measure import compose
+    from attnprof.profiler.measure import drive as driving
 
-    original = compose.drive
+    original = driving.drive
 
     def drive_without_parameters(work, tracker, **kwargs):
         kwargs["track_parameters"] = lambda: None
         return original(work, tracker, **kwargs)
 
-    monkeypatch.setattr(compose, "drive", drive_without_parameters)
+    monkeypatch.setattr(driving, "drive", drive_without_parameters)
     point = small("sdpa", "plain", "model")
     assert figures(predict(point)) != figures(account(point, fake=True, count_flops=True))
 

@@ -14,7 +14,8 @@ import pytest
 from typer.testing import CliRunner
 
 from attnprof.cli import app
-from attnprof.profiler.predict import cache, trust
+from attnprof.profiler.measure import trust
+from attnprof.profiler.predict import cache
 from attnprof.profiler.predict.fake_run import predict
 from attnprof.profiler.records import Point, Shape
 from attnprof.profiler.timemodel import machine

@@ -74,7 +74,7 @@ def test_attention_memory_slope_matches_the_algorithm(variant, expected):
 def test_depth_composition_equals_running_every_layer(variant, mode, monkeypatch):
     """The fast path (three periods traced, the depth composed) against ``exact=True``,
     which runs ``account`` itself: every layer, the tracker and FlopCounter as separate
-    modes (tests/profiler/measure/test_compose.py covers depths, dtypes, options). The
+    modes (tests/profiler/predict/test_compose.py covers depths, dtypes, options). The
     point is small enough to be run for real (test_small_points.py): not here."""
     monkeypatch.setattr(fake_run, "SMALL_POINT_BYTES", 0)
     layers = 20 if "interleaved" in variant else 10  # deep enough that the predictor composes
