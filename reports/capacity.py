@@ -34,7 +34,7 @@ import pandas as pd
 from attnprof.errors import UserError
 from attnprof.profiler.records import Point, Shape
 from attnprof.profiler.units import GIB, fmt_bytes, fmt_len
-from attnprof.profiler.predict.curve import MAX_EXP, MIN_EXP, Curve, Fit, gpu_value, search_curves  # noqa: F401 - MAX_EXP, MIN_EXP, Fit: the tables read them here
+from attnprof.profiler.predict.curve import MAX_EXP, MIN_EXP, Curve, Fit, gpu_value, search_curves  # noqa: F401
 from attnprof.reports import render_cache
 from attnprof.reports.builtins import expected_exponents, is_builtin
 from attnprof.reports.render_cache import CACHE_FILE, GPU_CACHE_FILE, clean_fields
