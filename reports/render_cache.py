@@ -81,6 +81,8 @@ def read_cache(run_dir: Path | None) -> tuple[dict, Optional[str]]:
     tag = versions_tag()
     good, bad, total = {}, [], 0
     for version, points in data.items():
+        if not isinstance(points, dict) and peak_problem(points) is None:
+            continue  # an entry of the unversioned layout (point key -> bytes): stale, dropped silently
         if not isinstance(points, dict):
             bad.append((version, f"{type(points).__name__} where an object of points belongs"))
             total += 1

@@ -153,3 +153,16 @@ def test_a_render_cache_entry_written_by_other_code_is_never_used(tmp_path, monk
     assert render_cache.read_cache(tmp_path) == ({"point": 456}, None)
     monkeypatch.undo()
     assert render_cache.read_cache(tmp_path) == ({}, None)  # the stale entry was dropped on writing
+
+
+def test_an_unversioned_render_cache_is_stale_not_a_problem(tmp_path):
+    """A run folder's cache from before the versions tag (point key -> bytes) is dropped
+    silently: no warning, nothing read."""
+    import json
+
+    from attnprof.reports import render_cache
+
+    (tmp_path / render_cache.CACHE_FILE).write_text(json.dumps({"point": 123}))
+    assert render_cache.read_cache(tmp_path) == ({}, None)
+    (tmp_path / render_cache.CACHE_FILE).write_text(json.dumps({"point": -1}))
+    assert render_cache.read_cache(tmp_path)[1] == "1 of 1 entries invalid (first: 'point': int where an object of points belongs)"
