@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Sequence
 
 from attnprof.api.overrides import Log, quiet as _quiet
 from attnprof.arguments import checked
@@ -29,6 +29,7 @@ def capacity_for_report(sc: Scenario, out: Path, seconds: float = CAPACITY_SECON
     ``gpus`` (GpuSpecs): model those GPUs instead of the generic budgets (the GPU memory
     model's figures, one per point and GPU, into the report's GPU cache file).
     """
+    from attnprof.profiler.predict.curve import capacity_within
     from attnprof.reports.capacity import BUDGETS_GIB, add_gpu_predictions, add_predictions
 
     started = time.perf_counter()
@@ -37,60 +38,13 @@ def capacity_for_report(sc: Scenario, out: Path, seconds: float = CAPACITY_SECON
     if gpus:
         log(f"modelling the longest length that fits {', '.join(g.key for g in gpus)} for the report "
             f"(GPU memory model, at most ~{seconds:.0f} s) ...")
-        entries = _capacity_within(sc, tuple(BUDGETS_GIB), seconds, list(gpus))
+        entries = capacity_within(sc, tuple(BUDGETS_GIB), seconds, list(gpus))
         add_gpu_predictions(out, list(gpus), entries, warn=log)
     else:
         log(f"predicting the longest length that fits {min(BUDGETS_GIB)}-{max(BUDGETS_GIB)} GiB for the report "
             f"(fake tensors, at most ~{seconds:.0f} s) ...")
-        entries = _capacity_within(sc, tuple(BUDGETS_GIB), seconds)
+        entries = capacity_within(sc, tuple(BUDGETS_GIB), seconds)
         add_predictions(out, entries, warn=log)
     took = time.perf_counter() - started
     log(f"  {len(entries)} predictions in {took:.1f} s")
     return len(entries), took
-
-
-def _capacity_within(sc: Scenario, budgets_gib: tuple, seconds: float, gpus: Optional[list] = None) -> dict:
-    """``capacity_predictions`` (or, with ``gpus``, ``gpu_capacity_predictions``) one series
-    per task in a process pool, keeping what finishes within ``seconds``; the workers
-    still busy then are terminated."""
-    import os
-
-    from attnprof.profiler.forks import fork_pool
-    from attnprof.profiler.runner.plan import series
-    from attnprof.profiler.runner.predict import capacity_predictions
-
-    if gpus:
-        from attnprof.profiler.gpu.model import gpu_capacity_predictions
-
-        task, extra = gpu_capacity_predictions, (gpus,)
-    else:
-        task, extra = capacity_predictions, (budgets_gib,)
-    parts = [sc.override(variants=(points[0].variant,), modes=(points[0].mode,)) for points in series(sc)]
-    deadline = time.monotonic() + seconds
-    entries: dict = {}
-    from attnprof.profiler.forks import autograd_fork_safe
-
-    if not autograd_fork_safe():  # a CUDA build after a backward: a forked worker could not run one
-        return _capacity_in_order(task, parts, extra, deadline)
-    # fork, as capacity_predictions itself does: predictions run no real kernels, touch no GPU
-    pool = fork_pool(max(1, min(len(parts), os.cpu_count() or 1)))
-    try:
-        pending = [pool.apply_async(task, (part, *extra)) for part in parts]
-        for result in pending:
-            result.wait(max(0.0, deadline - time.monotonic()))
-            if result.ready() and result.successful():
-                entries.update(result.get())
-    finally:
-        pool.terminate()  # unfinished series: their figures stay extrapolations ('~')
-        pool.join()
-    return entries
-
-
-def _capacity_in_order(task, parts: list, extra: tuple, deadline: float) -> dict:
-    """``_capacity_within`` in this process, series after series, until the deadline."""
-    entries: dict = {}
-    for part in parts:
-        if time.monotonic() >= deadline:
-            break
-        entries.update(task(part, *extra))
-    return entries

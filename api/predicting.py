@@ -30,7 +30,7 @@ class Predictions:
     gpu_labels: dict = field(default_factory=dict)  # GPU key -> as printed (GpuSpec.label: an override says so)
 
     def table(self) -> str:
-        from attnprof.profiler.runner.predict import format_table
+        from attnprof.profiler.predict.points import format_table
 
         if self.gpu_labels:  # the records keep the key (data); the table shows the label
             return replace(self, records=[{**r, "gpu": self.gpu_labels.get(r.get("gpu"), r.get("gpu"))}
@@ -47,7 +47,8 @@ class Predictions:
 
                 text += "\n\n" + format_time_table([r for r in self.records if r.get("status") == "ok"])
             return text
-        from attnprof.profiler.gpu.model import GPU_FIELDS, format_gpu_budget_table, format_gpu_table
+        from attnprof.profiler.memmodel.gpu_peak import GPU_FIELDS
+        from attnprof.profiler.memmodel.gpu_format import format_gpu_budget_table, format_gpu_table
 
         if self.budget_bytes is not None:
             return format_gpu_budget_table(self.records)
@@ -72,7 +73,7 @@ def predict(scenario: Union[PathLike, Scenario, None] = None, *, budget: Union[s
     fits, searched from ``min_len`` (default 256) up to ``max_len`` (default 1M); with
     ``resolution`` (tokens), the longest multiple of it that fits, by a search over exact
     predictions (``longest_fitting``). ``no_cache``: neither read nor write the persistent
-    prediction cache (profiler/measure/cache.py).
+    prediction cache (profiler/predict/cache.py).
 
     ``gpus`` (GPU table keys, ``gpu_table``): also run the GPU memory model, one record
     per point x GPU with the ``gpu_*`` fields (predicted allocator peaks and total; see
@@ -86,7 +87,7 @@ def predict(scenario: Union[PathLike, Scenario, None] = None, *, budget: Union[s
     ``sort="time"``: ``table()`` ranks the points that fit (the GPU's memory with ``gpus``,
     else this machine's) by predicted step time, fastest first.
     """
-    from attnprof.profiler.measure import cache
+    from attnprof.profiler.predict import cache
 
     if sort not in (None, "time"):
         raise UsageProblem(f"--sort {sort!r}: the one order is 'time'")
@@ -108,7 +109,7 @@ def predict(scenario: Union[PathLike, Scenario, None] = None, *, budget: Union[s
 
 
 def _predictions(scenario, overrides: dict, *, budget, gpus, gpu_files, resolution, sort=None) -> Predictions:
-    from attnprof.profiler.runner.predict import longest_fitting
+    from attnprof.profiler.predict.points import longest_fitting
 
     budget_bytes = to_bytes(budget, "--budget") if budget is not None else None
     specs = named_gpus(gpus, gpu_files)  # unknown names fail before any work
@@ -121,7 +122,8 @@ def _predictions(scenario, overrides: dict, *, budget, gpus, gpu_files, resoluti
         from functools import partial
 
         from attnprof.profiler.runner.plan import series
-        from attnprof.profiler.runner.predict import point_key, prediction_record, spread
+        from attnprof.profiler.predict.points import point_key, prediction_record
+        from attnprof.profiler.predict.pool import spread
         from attnprof.profiler.timemodel.machine import machine_rates
 
         notes: list = []
@@ -133,14 +135,14 @@ def _predictions(scenario, overrides: dict, *, budget, gpus, gpu_files, resoluti
         records = spread(partial(prediction_record, rates=rates), [p for s in series(sc) for p in s],
                          warm_key=point_key)
         if specs:
-            from attnprof.profiler.gpu.model import add_gpu_fields
+            from attnprof.profiler.predict.gpu_points import add_gpu_fields
 
             records = add_gpu_fields(records, [p for s in series(sc) for p in s], specs)
         limit = default_memory_limit("cpu") if sort and not specs else None
         return Predictions(records, sc, gpus=keys, sort=sort, notes=notes, memory_limit_bytes=limit,
                            gpu_labels=labels)
     if specs:
-        from attnprof.profiler.gpu.model import gpu_longest_fitting
+        from attnprof.profiler.predict.gpu_points import gpu_longest_fitting
 
         return Predictions(gpu_longest_fitting(sc, specs, budget_bytes, start=start, limit=max_len), sc,
                            budget_bytes, gpus=keys, gpu_labels=labels)
@@ -194,7 +196,7 @@ def calibrate(*, no_cache: bool = False, threads: Optional[int] = None) -> Calib
     torch's, as a sweep's timing pass), or read them from the cache (``no_cache``: measure
     again and overwrite it). A failed or implausible measurement is a CalibrationError
     (one line, exit 2), and nothing is cached."""
-    from attnprof.profiler.runner.predict import usable_cores
+    from attnprof.profiler.forks import usable_cores
     from attnprof.profiler.timemodel.machine import calibration, path_of
 
     if threads is not None and threads < 1:

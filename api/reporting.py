@@ -27,7 +27,7 @@ def report(run_dir: PathLike, *, output: Optional[PathLike] = None, baseline: Op
     ``no_cache``: its predictions neither read nor write the persistent prediction cache.
     ``log`` gets one warning line for invalid records left out (the page notes them too)
     and for a render cache with invalid entries (ignored and rewritten)."""
-    from attnprof.profiler.measure import cache
+    from attnprof.profiler.predict import cache
 
     specs = named_gpus(gpus, gpu_files)  # unknown names fail before any work
     if seconds < 0:

@@ -93,7 +93,7 @@ def sweep(scenario: Union[PathLike, Scenario, None] = DEFAULT_SCENARIO, *, devic
     """
     from datetime import datetime
 
-    from attnprof.profiler.measure import cache
+    from attnprof.profiler.predict import cache
     from attnprof.profiler.runner.gpu_types import resolve_device
     from attnprof.profiler.runner.sweep import SweepSettings, run_sweep
 

@@ -1,7 +1,7 @@
 """Worker processes forked from a process that may have run real torch ops.
 
 Predictions fork workers from a warm process (torch imported, nothing to re-import). A
-small point is predicted by a real CPU run (measure/accounting.small_point), and a real
+small point is predicted by a real CPU run (predict/fake_run.small_point), and a real
 op on several threads starts OpenMP's thread pool (GNU libgomp, MKL's batched GEMM on
 top of it). The pool does not survive fork: a child's first parallel region then waits
 for threads that do not exist, forever (measured: a bmm in gomp_team_barrier_wait_end).
@@ -70,7 +70,7 @@ def fork_pool(workers: int):
 # multiprocessing" at its first backward. Measured with torch 2.11.0+cu130 on a CPU machine:
 # one fake prediction starts 8 such threads. So a process forks children that predict or
 # measure only while those threads are not running (``autograd_fork_safe``), and on a CUDA
-# build forks them before its own first backward (runner/chains.py, runner/preload.py).
+# build forks them before its own first backward (predict/pool.py, runner/preload.py).
 AUTOGRAD_THREAD = "pt_autograd_"
 
 

@@ -1,8 +1,10 @@
 """The longest power-of-two length whose predicted peak fits a memory budget, per
-series × mode: "which attention, at what length, on which GPU".
+series × mode: "which attention, at what length, on which GPU". The report's side: a
+run's frame read into curves, the render caches in the run folder, the column labels;
+the curves, their fits and the deadline-bounded search are profiler/predict/curve.py.
 
 Predicted peaks come from the run's ``predicted_peak_bytes`` column and, beyond its
-lengths, from ``attnprof.profiler.measure.accounting.predict`` (fake tensors, no allocation),
+lengths, from ``attnprof.profiler.predict.fake_run.predict`` (fake tensors, no allocation),
 called only at the lengths that decide a boundary and only within a time budget. Where
 the budget runs out, the figure is a log-log extrapolation and is marked as such.
 Predictions are cached in the run folder: a later render starts where this one stopped.
@@ -11,7 +13,7 @@ results file is data, and its curve is drawn from the run's own records.
 
 With named GPUs (``--gpu``) the columns are those GPUs instead of generic budgets, and
 the figure that must fit is the GPU memory MODEL's ``gpu_total_bytes`` (CUDA context +
-the simulated allocator's reserved peak, ``attnprof.profiler.gpu.model``) against the
+the simulated allocator's reserved peak, ``attnprof.profiler.memmodel.gpu_peak``) against the
 GPU's own memory: predicted (GPU model), never measured. Its figures are cached beside
 the others, in their own file, per (GPU, point).
 """
@@ -20,11 +22,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -33,17 +34,16 @@ import pandas as pd
 from attnprof.errors import UserError
 from attnprof.profiler.records import Point, Shape
 from attnprof.profiler.units import GIB, fmt_bytes, fmt_len
+from attnprof.profiler.predict.curve import MAX_EXP, MIN_EXP, Curve, Fit, gpu_value, search_curves  # noqa: F401
 from attnprof.reports import render_cache
-from attnprof.reports.builtins import expected_exponents, is_builtin
+from attnprof.reports.builtins import builtin_spec, expected_exponents, is_builtin
 from attnprof.reports.render_cache import CACHE_FILE, GPU_CACHE_FILE, clean_fields
 
 Warn = Callable[[str], None]
 
 # Budgets in GiB, with GPUs that have about that much memory.
 BUDGETS_GIB = {16: "V100 16GB, T4", 24: "RTX 4090, A10", 40: "A100 40GB", 80: "A100/H100 80GB", 141: "H200"}
-MIN_EXP, MAX_EXP = 4, 20  # lengths searched: 16 .. 1M tokens
 GPU_MODEL = "predicted (GPU model)"  # how every GPU figure is labelled: a model, never a measurement
-FIRST_CALL_S = 4.0  # a cold process's first predict(): mostly importing torch._dynamo
 Predictor = Callable[[Point], int]
 GpuPredictor = Callable[[Point, list], dict]  # (point, GPU specs) -> {GPU key: gpu_* fields}
 
@@ -51,7 +51,7 @@ GpuPredictor = Callable[[Point, list], dict]  # (point, GPU specs) -> {GPU key: 
 def default_predictor(point: Point) -> int:
     if not is_builtin(point.variant):  # capacity() never asks; a second lock on the same door
         raise UserError(f"{point.variant!r} is not a built-in variant; reports predict built-ins only")
-    from attnprof.profiler.measure.accounting import predict  # torch machinery: import on first use
+    from attnprof.profiler.predict.fake_run import predict  # torch machinery: import on first use
 
     return predict(point, count_flops=False).peak_bytes
 
@@ -61,17 +61,11 @@ def default_gpu_predictor(point: Point, gpus: list) -> dict:
     allocator replay per GPU."""
     if not is_builtin(point.variant):
         raise UserError(f"{point.variant!r} is not a built-in variant; reports predict built-ins only")
-    from attnprof.profiler.gpu.model import TraceCache, predict_gpu  # torch machinery: import on first use
+    from attnprof.profiler.memmodel.gpu_peak import TraceCache  # torch machinery: import on first use
+    from attnprof.profiler.predict.gpu_points import predict_gpu
 
     traces = TraceCache()
     return {g.key: predict_gpu(point, g, traces).fields() for g in gpus}
-
-
-@dataclass
-class Fit:
-    length: int  # longest fitting power of two; 0: not even 2**MIN_EXP fits
-    verified: bool  # the boundary's lengths were all predicted, none extrapolated
-    at_cap: bool  # fits even at 2**MAX_EXP: the longest is at least that
 
 
 def fit_text(fit, ran: bool = True) -> str:
@@ -84,73 +78,6 @@ def fit_text(fit, ran: bool = True) -> str:
         return f"<{fmt_len(1 << MIN_EXP)}"
     text = fmt_len(fit.length) + ("+" if fit.at_cap else "")
     return text if fit.verified else "~" + text
-
-
-@dataclass
-class Curve:
-    """Predicted peak bytes of one series × panel against length."""
-
-    series: str
-    panel: str
-    make_point: Callable[[int], Point]
-    exponent: Optional[float] = None  # the variant's memory exponent (complexity[0]), if known
-    known: dict = field(default_factory=dict)  # length -> predicted bytes
-    problem: str = ""  # why predict() stopped being called for this curve
-    gpu: str = ""  # a GPU key: known holds the GPU model's total there, not the tensor peak
-    offset: float = 0.0  # a constant part of every value (the CUDA context): extrapolated without it
-    figures: dict = field(default_factory=dict)  # GPU curves: length -> the model's gpu_* fields
-
-    def estimate(self, n: int) -> Optional[float]:
-        """Known; else, beyond the largest known length, ``a*n + b*n**e`` through the two
-        largest (linear stack terms plus the variant's own exponent e); else log-log
-        interpolation (or extrapolation) between the nearest two known lengths. A
-        constant ``offset`` is taken out first and added back."""
-        if n in self.known:
-            return self.known[n]
-        if self.offset:
-            inner = Curve(self.series, self.panel, self.make_point, self.exponent,
-                          {k: max(1.0, v - self.offset) for k, v in self.known.items()})
-            value = inner.estimate(n)
-            return None if value is None else value + self.offset
-        ks = sorted(self.known)
-        if not ks:
-            return None
-        if len(ks) == 1:
-            return self.known[ks[0]] * n / ks[0]  # one point: assume linear
-        if n > ks[-1] and (two_term := self._two_term(ks[-2], ks[-1])):
-            a, b, e = two_term
-            return a * n + b * n ** e
-        lo, hi = (ks[0], ks[1]) if n < ks[0] else (ks[-2], ks[-1]) if n > ks[-1] else _around(ks, n)
-        slope = max(0.0, math.log(self.known[hi] / self.known[lo]) / math.log(hi / lo))
-        return self.known[hi] * (n / hi) ** slope
-
-    def _two_term(self, n1: int, n2: int) -> Optional[tuple]:
-        e = self.exponent
-        if e is None or e <= 1.0 + 1e-6:
-            return None
-        p1, p2 = self.known[n1], self.known[n2]
-        det = n1 * n2 ** e - n2 * n1 ** e  # solve p = a*n + b*n**e at n1 and n2
-        a, b = (p1 * n2 ** e - p2 * n1 ** e) / det, (n1 * p2 - n2 * p1) / det
-        return (a, b, e) if a >= 0 and b >= 0 else None
-
-    def fit(self, budget_bytes: float) -> Optional[Fit]:
-        if not self.known:
-            return None
-        longest = 0
-        for e in range(MIN_EXP, MAX_EXP + 1):
-            if self.estimate(1 << e) > budget_bytes:
-                break
-            longest = 1 << e
-        return Fit(longest, not self.deciding(longest), longest == 1 << MAX_EXP)
-
-    def deciding_for(self, budget_bytes: float) -> list[int]:
-        fit = self.fit(budget_bytes)
-        return self.deciding(fit.length) if fit else []
-
-    def deciding(self, longest: int) -> list[int]:
-        """Lengths not yet predicted that decide ``longest``: it, and the next one up."""
-        nxt = (longest * 2 if longest else 1 << MIN_EXP) if longest < 1 << MAX_EXP else 0
-        return [n for n in (longest, nxt) if n and n not in self.known]
 
 
 @dataclass
@@ -189,37 +116,12 @@ def capacity(frame: pd.DataFrame, run_dir: Path | None = None, *, seconds: float
     # The first fake-tensor run in a process imports torch._dynamo (seconds): budget for it.
     warm = predictor is not default_predictor or "torch._dynamo" in sys.modules
     start = time.monotonic()
-    calls = _search(curves, lambda c: [b * GIB for b in budgets], int(frame["seq_len"].min()), seconds, warm,
+    calls = search_curves(curves, lambda c: [b * GIB for b in budgets], int(frame["seq_len"].min()), seconds, warm,
                     lambda c, n: _predict(c, n, predictor, cache))
-    render_cache.write(run_dir, CACHE_FILE, cache, force=bad)
+    render_cache.write_cache(run_dir, cache, force=bad)
     fits = {(c.series, c.panel): {b: c.fit(b * GIB) for b in budgets} for c in curves}
     problems = {(c.series, c.panel): c.problem for c in curves if c.problem}
     return Capacity(dict(budgets), fits, calls, time.monotonic() - start, problems)
-
-
-def _search(curves: list, limits: Callable[[Curve], list], first: int, seconds: float, warm: bool,
-            predict_at: Callable[[Curve, int], int]) -> int:
-    """Round-robin over the curves, each predicting its shortest undecided length (short
-    ones are cheap), until every boundary is decided or ``seconds`` would be overrun;
-    returns the predictions made."""
-    start, calls, last_s = time.monotonic(), 0, 0.0 if warm else FIRST_CALL_S
-    open_curves = list(curves)
-    while open_curves:
-        still = []
-        for curve in open_curves:
-            if time.monotonic() - start + last_s > seconds:  # the next call would likely overrun
-                still = []
-                break
-            need = sorted({n for b in limits(curve) for n in curve.deciding_for(b)})
-            if not curve.known:
-                need = [first]
-            if need and not curve.problem:
-                began = time.monotonic()
-                if predict_at(curve, need[0]):
-                    calls, last_s = calls + 1, time.monotonic() - began
-                still.append(curve)
-        open_curves = still
-    return calls
 
 
 # --- named GPUs: the GPU memory model's total against each GPU's memory ------------------------
@@ -231,7 +133,7 @@ def _gpu_capacity(frame: pd.DataFrame, run_dir: Path | None, gpus: list, seconds
               for _, rows in frame.groupby(["series", "panel"], sort=False) for spec in specs.values()]
     warm = predictor is not default_gpu_predictor or "torch._dynamo" in sys.modules
     start = time.monotonic()
-    calls = _search(curves, lambda c: [specs[c.gpu].memory_bytes], int(frame["seq_len"].min()), seconds, warm,
+    calls = search_curves(curves, lambda c: [specs[c.gpu].memory_bytes], int(frame["seq_len"].min()), seconds, warm,
                     lambda c, n: _predict_gpu(c, n, predictor, cache, specs))
     render_cache.write(run_dir, GPU_CACHE_FILE, cache, force=bad)
     fits: dict = {}
@@ -248,43 +150,19 @@ def _gpu_capacity(frame: pd.DataFrame, run_dir: Path | None, gpus: list, seconds
 
 def gpu_fingerprint(spec) -> str:
     """What the model's figures for a GPU depend on, beside the point: the GPU's key and
-    the fields the model reads, the settings it honours (environment) and the model's own
-    source. A cached figure is used only under the same fingerprint."""
+    the fields the model reads, the settings it honours (environment) and the versions of
+    the code (the one prediction cache's ``versions_tag``: torch, attnprof, the digest of
+    its source). A cached figure is used only under the same fingerprint."""
+    from attnprof.profiler.predict.cache import versions_tag
+
     described = {"key": spec.key, "memory_bytes": spec.memory_bytes, "cc": list(spec.compute_capability),
                  "sm_count": spec.sm_count, "context_bytes": spec.context_bytes,
-                 "env": {v: os.environ.get(v, "") for v in _MODEL_ENV}, "model": _model_source_hash()}
+                 "env": {v: os.environ.get(v, "") for v in _MODEL_ENV}, "model": versions_tag()}
     digest = hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()[:16]
     return f"{spec.key}:{digest}"
 
 
 _MODEL_ENV = ("ATTNPROF_SDPA_BACKEND", "TORCH_CUDNN_SDPA_DEPRIORITIZED", "CUBLAS_WORKSPACE_CONFIG")
-_model_hash: list = []
-
-
-def _model_source_hash() -> str:
-    if not _model_hash:
-        import attnprof.profiler.gpu as package
-
-        h = hashlib.sha256()
-        gpu = Path(package.__file__).parent
-        time_model = gpu.parent / "timemodel"  # the gpu_time_* figures come from it
-        memmodel = gpu.parent / "memmodel"
-        for path in [memmodel / n for n in ("caching_allocator.py", "sdpa_kernels.py")] + \
-                [gpu / n for n in ("model.py", "trace.py")] + \
-                [time_model / n for n in ("constants.py", "op_classes.py", "roofline.py", "rates.py", "fields.py")]:
-            try:
-                h.update(path.read_bytes())
-            except OSError:
-                pass
-        _model_hash.append(h.hexdigest()[:16])
-    return _model_hash[0]
-
-
-def gpu_value(fields: dict, memory_bytes: int) -> float:
-    """What must fit the GPU: the modelled total; above its memory whenever the simulated
-    allocator runs out (it then holds what the point would need)."""
-    total = float(fields["gpu_total_bytes"])
-    return total if fields.get("gpu_fits") else max(total, memory_bytes + 1.0)
 
 
 def _gpu_curve(rows: pd.DataFrame, spec, cached: dict) -> Curve:
@@ -346,7 +224,7 @@ def _read_cache(run_dir: Path | None, warn: Optional[Warn]) -> tuple[dict, bool]
 
 def add_gpu_predictions(run_dir: Path, gpus: list, entries: dict, warn: Optional[Warn] = None) -> None:
     """Merge model figures made elsewhere (the sweep's capacity phase:
-    ``profiler.gpu.model.gpu_capacity_predictions``, (GPU key, point key) -> gpu_* fields)."""
+    ``profiler.predict.gpu_points.gpu_capacity_predictions``, (GPU key, point key) -> gpu_* fields)."""
     cache, bad = _read_gpu_cache(run_dir, warn)
     fingerprints = {g.key: gpu_fingerprint(g) for g in gpus}
     for (gpu, key), fields in entries.items():
@@ -354,12 +232,6 @@ def add_gpu_predictions(run_dir: Path, gpus: list, entries: dict, warn: Optional
         if gpu in fingerprints and fields is not None:
             cache.setdefault(fingerprints[gpu], {})[key] = fields
     render_cache.write(run_dir, GPU_CACHE_FILE, cache, force=bad)
-
-
-def _around(ks: list[int], n: int) -> tuple[int, int]:
-    """The known lengths just below and just above n (ks sorted, ks[0] < n < ks[-1])."""
-    hi = next(k for k in ks if k > n)
-    return max(k for k in ks if k < n), hi
 
 
 def _predict(curve: Curve, n: int, predictor: Predictor, cache: dict) -> int:
@@ -387,11 +259,19 @@ def _point_maker(rows: pd.DataFrame) -> Callable[[int], Point]:
     first = rows.iloc[0]
     batch_of = _batch_rule(rows)
 
+    def shape_at(n: int) -> Shape:
+        return Shape(batch=batch_of(n), seq_len=n, d_model=int(first["d_model"]), heads=int(first["heads"]),
+                     layers=int(first["layers"]), dtype=str(first["dtype"]), ff_mult=int(first["ff_mult"]),
+                     ff_chunks=int(first["ff_chunks"]))
+
+    # the series' label parsed once (built-ins only: a report never imports code a label names)
+    label = str(first["variant"])
+    spec = builtin_spec(label)
+    template = Point(label, str(first["mode"]), str(first["scope"]), shape_at(int(first["seq_len"])),
+                     bool(first["forward_only"]), spec=spec if spec is not None and spec.label == label else None)
+
     def make_point(n: int) -> Point:
-        shape = Shape(batch=batch_of(n), seq_len=n, d_model=int(first["d_model"]), heads=int(first["heads"]),
-                      layers=int(first["layers"]), dtype=str(first["dtype"]), ff_mult=int(first["ff_mult"]),
-                      ff_chunks=int(first["ff_chunks"]))
-        return Point(str(first["variant"]), str(first["mode"]), str(first["scope"]), shape, bool(first["forward_only"]))
+        return replace(template, shape=shape_at(n))  # the template's parsed variant carries over
 
     return make_point
 
@@ -434,4 +314,4 @@ def add_predictions(run_dir: Path, entries: dict, warn: Optional[Warn] = None) -
     """Merge predictions made elsewhere (the sweep's capacity phase) into the cache."""
     cache, bad = _read_cache(run_dir, warn)
     cache.update(entries)
-    render_cache.write(run_dir, CACHE_FILE, cache, force=bad)
+    render_cache.write_cache(run_dir, cache, force=bad)

@@ -1,8 +1,11 @@
 """The report's render caches in a run folder, read as data and written safely.
 
-``report-predictions.json`` (point key -> predicted peak bytes) and
+``report-predictions.json`` (versions tag -> point key -> predicted peak bytes) and
 ``report-gpu-predictions.json`` (GPU fingerprint -> point key -> the GPU model's gpu_*
-fields) let a later render start where this one stopped. They sit in a run folder, so
+fields) let a later render start where this one stopped. Both are keyed as the one
+prediction cache is (profiler/predict/cache.py): the versions tag (entry schema, torch,
+attnprof and the digest of attnprof's source files; a GPU fingerprint holds it), so an
+entry written by other code is stale and never used. They sit in a run folder, so
 they may come from anyone: each entry is validated like a result record (a peak is a
 finite byte count > 0: -1, 0 or NaN would end in a math domain error; a wrong type, in
 a TypeError); the file is read without following a link, without blocking on a FIFO and
@@ -19,6 +22,7 @@ from pathlib import Path
 from typing import Optional
 
 from attnprof.profiler import safeio
+from attnprof.profiler.predict.cache import versions_tag
 
 CACHE_FILE = "report-predictions.json"
 GPU_CACHE_FILE = "report-gpu-predictions.json"  # GPU model figures: {GPU fingerprint: {point key: gpu_* fields}}
@@ -66,26 +70,42 @@ def _counted(bad: list, total: int) -> Optional[str]:
 
 
 def read_cache(run_dir: Path | None) -> tuple[dict, Optional[str]]:
-    """Earlier renders' predictions (point key -> bytes), and a one-line problem or None."""
+    """Earlier renders' predictions under this code's versions (point key -> bytes), and a
+    one-line problem or None. Entries under another versions tag are stale: left out,
+    not a problem (``write_cache`` drops them)."""
     data, problem = _load(run_dir, CACHE_FILE)
     if problem:
         return {}, problem
     if not isinstance(data, dict):
         return {}, "not a JSON object"
-    good, bad = {}, []
-    for key, value in data.items():
-        why = peak_problem(value)
-        if why:
-            bad.append((key, why))
-        else:
-            good[key] = value
-    return good, _counted(bad, len(data))
+    tag = versions_tag()
+    good, bad, total = {}, [], 0
+    for version, points in data.items():
+        if not isinstance(points, dict) and peak_problem(points) is None:
+            continue  # an entry of the unversioned layout (point key -> bytes): stale, dropped silently
+        if not isinstance(points, dict):
+            bad.append((version, f"{type(points).__name__} where an object of points belongs"))
+            total += 1
+            continue
+        for key, value in points.items():
+            total += 1
+            why = peak_problem(value)
+            if why:
+                bad.append((key, why))
+            elif version == tag:
+                good[key] = value
+    return good, _counted(bad, total)
+
+
+def write_cache(run_dir: Path | None, cache: dict, force: bool = False) -> None:
+    """Write the predictions (point key -> bytes) under this code's versions tag."""
+    write(run_dir, CACHE_FILE, {versions_tag(): cache} if cache else {}, force=force)
 
 
 def clean_fields(fields) -> Optional[dict]:
     """A record's gpu_* fields as data: known names, plain finite values, a total > 0 and a
     boolean fit; None for anything else (a hostile or stale cache file)."""
-    from attnprof.profiler.gpu.model import GPU_FIELDS
+    from attnprof.profiler.memmodel.gpu_peak import GPU_FIELDS
 
     if not isinstance(fields, dict):
         return None

@@ -13,7 +13,7 @@ tiny <= 1.5x, 18 points <= 2.5x, frontier <= 6x (cold).
     .venv/bin/python scripts/bench_predict.py [--rounds 3] [--skip-frontier]
 
 A benchmark, not a test: the exactness of every fast prediction is tested in
-tests/profiler/measure/test_compose.py. Prints the load average (os.getloadavg) before
+tests/profiler/predict/test_compose.py. Prints the load average (os.getloadavg) before
 and after, and the machine's cores: other work on the machine shows up in the spread.
 """
 

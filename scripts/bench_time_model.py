@@ -12,7 +12,7 @@ ln 2.5. Prints the error distribution against the goals, then per variant and pe
 ``--repredict`` recomputes ``predicted_time_*`` of the run's ok records with the current
 model and this machine's calibration (at the run's torch thread count; ``--recalibrate``
 measures it again instead of reading the cache), from each point's op rows
-(``accounting.predict``, cached after the first time), so the model can be iterated on
+(``predict.fake_run.predict``, cached after the first time), so the model can be iterated on
 without sweeping again. The run folder is not changed.
 
 Without RUN_DIR it runs ``.venv/bin/attnprof sweep --out DIR --no-report`` into a fresh
@@ -47,7 +47,7 @@ def repredict(records: list[dict], run: Path, recalibrate: bool) -> list[dict]:
     """The ok records with predicted_time_* recomputed by the current model (copies)."""
     import json
 
-    from attnprof.profiler.measure.accounting import predict
+    from attnprof.profiler.predict.fake_run import predict
     from attnprof.profiler.records import IDENTITY_FIELDS, Point, Shape
     from attnprof.profiler.timemodel.fields import time_fields
     from attnprof.profiler.timemodel.machine import calibration

@@ -14,7 +14,7 @@ import argparse
 import torch
 from torch.utils import benchmark
 
-from attnprof.profiler.measure.accounting import predict
+from attnprof.profiler.predict.fake_run import predict
 from attnprof.profiler.records import Point
 from attnprof.profiler.units import fmt_bytes
 from attnprof.profiler.measure.workload import Workload

@@ -9,7 +9,7 @@ median and 90th percentile of |ln(predicted / published)| overall and per kernel
     .venv/bin/python scripts/compare_published.py [--figures PATH] [--gpu-file PATH]
 
 Nothing runs on a GPU: the op rows come from fake tensors on the CPU
-(``accounting.predict(Point(variant, "none", "attention", Shape(...)))``), the rates from
+(``predict.fake_run.predict(Point(variant, "none", "attention", Shape(...)))``), the rates from
 the GPU table and the efficiency constants (``timemodel.rates.gpu_rates``).
 
 Which attnprof variant and SDPA backend stand for each published kernel (``KERNELS``):
@@ -92,7 +92,7 @@ def why_skipped(fig: dict) -> str:
 
 def predicted_ms(fig: dict, gpus: dict) -> tuple[float | None, str]:
     """(the time model's time for the figure's pass, the SDPA backend it costed)."""
-    from attnprof.profiler.measure.accounting import predict
+    from attnprof.profiler.predict.fake_run import predict
     from attnprof.profiler.timemodel.rates import gpu_rates
     from attnprof.profiler.timemodel.roofline import predict_time
 

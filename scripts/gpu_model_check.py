@@ -125,7 +125,8 @@ def main() -> int:
     device = next((m["device_name"] for m in measured if "device_name" in m), "")
     gpu = pick_gpu(args.gpu or ("h200" if args.dry_run else None), device)
 
-    from attnprof.profiler.gpu.model import TraceCache, predict_gpu
+    from attnprof.profiler.memmodel.gpu_peak import TraceCache
+    from attnprof.profiler.predict.gpu_points import predict_gpu
 
     rows = []
     for spec, m in zip(GRID, measured):

@@ -210,9 +210,9 @@ class MemoryTracker(TorchDispatchMode):
 
     # --- dispatch ----------------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        return self._dispatch(func, args, kwargs)[0]
+        return self.dispatch(func, args, kwargs)[0]
 
-    def _dispatch(self, func, args, kwargs) -> tuple:
+    def dispatch(self, func, args, kwargs) -> tuple:
         """Run the op and count its new storages: (its output, the output's tensors), the
         tensors None for an op that allocates nothing (then it leaves no OP event)."""
         out = func(*args, **(kwargs or {}))
@@ -241,7 +241,20 @@ class MemoryTracker(TorchDispatchMode):
         finally:
             self._hooks.__exit__(*exc)
 
+    def live_serials(self, tensors) -> tuple:
+        """The serials of those ``tensors`` whose storage is live (counted), in order."""
+        live = self._live
+        return tuple(entry[0] for t in tensors if (entry := live.get(t.untyped_storage()._cdata)) is not None)
+
     # --- results -----------------------------------------------------------------------
+    def categories(self) -> dict:
+        """serial -> category, of every storage counted so far."""
+        return {serial: self._category(serial) for serial in self._origin}
+
+    def origins(self) -> dict:
+        """serial -> (op, shape, dtype) that created it, of every storage counted so far."""
+        return dict(self._origin)
+
     def _category(self, serial: int) -> str:
         kind = self._kind.get(serial)
         if kind is None:

@@ -36,10 +36,10 @@ def warm_up() -> None:
     import torch
 
     from attnprof.profiler.runner import worker  # noqa: F401  (the import is the point)
-    from attnprof.profiler.measure.accounting import predict, warm_fake_tensors
+    from attnprof.profiler.predict.fake_run import predict, warm_fake_tensors
     from attnprof.profiler.records import Point, Shape
 
-    # One thread: a small point is predicted by a real CPU run (accounting.small_point), and a
+    # One thread: a small point is predicted by a real CPU run (predict/fake_run.small_point), and a
     # real run on more threads starts OpenMP's thread pool here. A process forked after that
     # hangs in its first parallel region (GNU OpenMP is not fork-safe), so the pool must not
     # exist in this process: its workers are forked from it.

@@ -24,7 +24,8 @@ import psutil
 import torch
 
 from attnprof.profiler.lifeline import die_with_parent
-from attnprof.profiler.measure.accounting import account, predict
+from attnprof.profiler.measure.accounting import account
+from attnprof.profiler.predict.fake_run import predict
 from attnprof.profiler.runner.estimate import add_time_fields
 from attnprof.profiler.records import Point, PointRecord
 from attnprof.profiler.units import fmt_bytes

@@ -1,7 +1,7 @@
 """This machine's calibration, cached: measured once per host, CPU, torch version and
 thread count, then read back in milliseconds.
 
-One JSON file per key under the prediction cache's folder (profiler/measure/cache.py
+One JSON file per key under the prediction cache's folder (profiler/measure/cache_folder.py
 ``cache_dir()``): ``calibration/<host>-<threads>t-<sha256 of the key, 16 hex>.json``. An
 entry is used only when it is one: valid JSON, the same key, every field present and
 plausible (``calibrate.problems``, field by field: a list or a string where a table of
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from attnprof.profiler.measure import trust
-from attnprof.profiler.measure.cache import cache_dir, trusted, write_atomically
+from attnprof.profiler.measure.cache_folder import cache_dir, trusted, write_atomically
 from attnprof.profiler.timemodel.calibrate import (Calibration, CalibrationError, cache_key, check, describe_machine,
                                                    problems)
 

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 SEARCH = [sys.executable, "-m", "attnprof", "predict", "--d-model", "1024", "--heads", "16", "--layers", "12",
           "--dtype", "bf16", "--budget", "80GiB"]
 # a pool whose steps never end: only a signal ends it
-POOL = ("import time\nfrom attnprof.profiler.runner.chains import run_chains\n"
+POOL = ("import time\nfrom attnprof.profiler.predict.pool import run_chains\n"
         "def step(task):\n    time.sleep(600 if task else 0)\n"
         "def chain(i):\n    yield i\n"
         "run_chains(step, [chain(i) for i in range(4)], workers=3)\n")

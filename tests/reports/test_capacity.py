@@ -117,7 +117,7 @@ def test_budget_keys_are_the_issue_budgets():
 def test_a_real_prediction_for_a_builtin_variant(tmp_path):
     """The default predictor (fake tensors, a few seconds for its first call): sdpa's memory
     is linear in n, so at this tiny shape even 1M tokens fits 16 GiB, and one call shows it."""
-    from attnprof.profiler.measure.accounting import predict
+    from attnprof.profiler.predict.fake_run import predict
     from attnprof.profiler.records import Point, Shape
 
     record = synthetic_record("sdpa", "plain", 256)
@@ -137,3 +137,32 @@ def test_fit_text_marks_extrapolation_the_cap_and_absence():
     assert fit_text(Fit(1 << MAX_EXP, True, True)) == "1M+"
     assert fit_text(Fit(0, True, False)) == "<16"
     assert fit_text(None) == "?" and fit_text(None, ran=False) == "–"
+
+
+def test_a_render_cache_entry_written_by_other_code_is_never_used(tmp_path, monkeypatch):
+    """The report's cache is keyed as the prediction cache is (its versions tag, holding the
+    source digest): after a code change an entry is stale, not read."""
+    from attnprof.profiler.predict import cache
+    from attnprof.reports import render_cache
+
+    render_cache.write_cache(tmp_path, {"point": 123})
+    assert render_cache.read_cache(tmp_path) == ({"point": 123}, None)
+    monkeypatch.setattr(cache, "source_digest", lambda: "0" * 64)  # the code changed
+    assert render_cache.read_cache(tmp_path) == ({}, None)
+    render_cache.write_cache(tmp_path, {"point": 456})
+    assert render_cache.read_cache(tmp_path) == ({"point": 456}, None)
+    monkeypatch.undo()
+    assert render_cache.read_cache(tmp_path) == ({}, None)  # the stale entry was dropped on writing
+
+
+def test_an_unversioned_render_cache_is_stale_not_a_problem(tmp_path):
+    """A run folder's cache from before the versions tag (point key -> bytes) is dropped
+    silently: no warning, nothing read."""
+    import json
+
+    from attnprof.reports import render_cache
+
+    (tmp_path / render_cache.CACHE_FILE).write_text(json.dumps({"point": 123}))
+    assert render_cache.read_cache(tmp_path) == ({}, None)
+    (tmp_path / render_cache.CACHE_FILE).write_text(json.dumps({"point": -1}))
+    assert render_cache.read_cache(tmp_path)[1] == "1 of 1 entries invalid (first: 'point': int where an object of points belongs)"

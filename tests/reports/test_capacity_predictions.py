@@ -1,5 +1,5 @@
 """The longest length that fits a memory budget is the largest power of two whose predicted
-peak is within it: ``longest_fitting`` and ``capacity_predictions`` (profiler/runner/predict.py)
+peak is within it: ``longest_fitting`` and ``capacity_predictions`` (profiler/predict/points.py)
 and the report's capacity table (reports/capacity.py), each checked against direct
 predictions at every power of two, at shapes small enough to predict them all."""
 
@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from attnprof.profiler.measure.accounting import predict
+from attnprof.profiler.predict.fake_run import predict
 from attnprof.profiler.records import Point, PointRecord
 from attnprof.profiler.runner.plan import series, shape_at, shape_problem
-from attnprof.profiler.runner.predict import capacity_predictions, longest_fitting
+from attnprof.profiler.predict.points import capacity_predictions, longest_fitting
 from attnprof.reports.capacity import add_predictions, capacity
 from attnprof.reports.data import load
 from attnprof.scenarios.scenario import Scenario

@@ -14,9 +14,10 @@ import pytest
 
 from attnprof import api
 from attnprof.errors import UserError
-from attnprof.profiler.gpu.model import gpu_capacity_predictions, predict_gpu, TraceCache
+from attnprof.profiler.predict.gpu_points import gpu_capacity_predictions, predict_gpu
+from attnprof.profiler.memmodel.gpu_peak import TraceCache
 from attnprof.profiler.hardware.gpus import ENV_VAR, resolve_gpus
-from attnprof.profiler.measure.accounting import predict
+from attnprof.profiler.predict.fake_run import predict
 from attnprof.profiler.records import Point, PointRecord, Shape
 from attnprof.profiler.runner.plan import series, shape_at
 from attnprof.reports.capacity import (BUDGETS_GIB, GPU_CACHE_FILE, GPU_MODEL, MAX_EXP, MIN_EXP, add_gpu_predictions,

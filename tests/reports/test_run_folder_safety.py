@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from attnprof.cli import app
+from attnprof.profiler.predict.cache import versions_tag
 from attnprof.reports.capacity import CACHE_FILE, GPU_CACHE_FILE, _point_maker  # noqa: I001
 from attnprof.reports.data import load
 
@@ -74,7 +75,7 @@ def cache_keys(run) -> list[str]:
 @pytest.mark.parametrize("value", [-1, 0, math.nan, math.inf, "12 MiB", [1], None, True, {"a": 1}],
                          ids=["-1", "0", "nan", "inf", "str", "list", "null", "bool", "object"])
 def test_a_bad_prediction_cache_entry_is_ignored_rewritten_and_said_once(run, value):
-    (run / CACHE_FILE).write_text(json.dumps({k: value for k in cache_keys(run)}))
+    (run / CACHE_FILE).write_text(json.dumps({versions_tag(): {k: value for k in cache_keys(run)}}))
     result = report(run, "--seconds", "0")
     assert result.exit_code == 0, (result.stderr, result.exception)
     lines = result.stderr.splitlines()

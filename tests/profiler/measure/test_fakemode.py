@@ -10,7 +10,7 @@ import sys
 CODE = r"""
 import sys
 import torch
-from attnprof.profiler.measure.accounting import predict
+from attnprof.profiler.predict.fake_run import predict
 from attnprof.profiler.measure.fakemode import is_real_dynamo_loaded
 from attnprof.profiler.records import Point, Shape
 

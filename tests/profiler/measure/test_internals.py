@@ -8,7 +8,8 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from attnprof.profiler.measure import internals, quickfake
-from attnprof.profiler.measure.accounting import account, predict
+from attnprof.profiler.measure.accounting import account
+from attnprof.profiler.predict.fake_run import predict
 from attnprof.profiler.measure.internals import new_fake_mode
 from attnprof.profiler.measure.quickfake import CpuFakeTensorMode, QuickFakeTensorMode
 from attnprof.profiler.records import Point, Shape

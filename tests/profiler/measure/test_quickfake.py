@@ -9,7 +9,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from attnprof.profiler.measure import quickfake
-from attnprof.profiler.measure.compose import trace_point
+from attnprof.profiler.measure.drive import trace_point
 from attnprof.profiler.measure.quickfake import QuickFakeTensorMode
 from attnprof.profiler.records import Point, Shape
 

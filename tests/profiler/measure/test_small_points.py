@@ -1,4 +1,4 @@
-"""Small points are predicted by running them on real CPU tensors (accounting.small_point):
+"""Small points are predicted by running them on real CPU tensors (predict/fake_run.small_point):
 the same figures as the plain full-depth fake run, to the byte, and the same per-op costs;
 no fake-tensor machinery imported; a run that outgrows its limit falls back to fake
 tensors; plug-in variants and large points never run for real."""
@@ -11,9 +11,10 @@ import sys
 
 import pytest
 
-from attnprof.profiler.measure import accounting
-from attnprof.profiler.measure.accounting import account, predict, small_point
-from attnprof.profiler.measure.compose import trace_point
+from attnprof.profiler.predict import fake_run
+from attnprof.profiler.measure.accounting import account
+from attnprof.profiler.predict.fake_run import predict, small_point
+from attnprof.profiler.measure.drive import trace_point
 from attnprof.profiler.records import Point, Shape
 
 REAL = "exact (a small point: run on real CPU tensors)"
@@ -47,7 +48,7 @@ def test_bfloat16_points_take_the_fake_path(mode):
     point = small("lsh[n_hashes=2,bucket_size=16]", mode, "model", "bfloat16")
     assert not small_point(point)
     fake = trace_point(point).op_costs()
-    real = trace_point(point, real_limit_bytes=accounting.REAL_LIMIT_BYTES).op_costs()
+    real = trace_point(point, real_limit_bytes=fake_run.REAL_LIMIT_BYTES).op_costs()
     assert real != fake  # why: if this ever holds, bfloat16 could run for real too
     assert predict(point).op_costs == fake
 
@@ -60,7 +61,7 @@ def test_a_deep_small_stack_runs_every_layer_for_real():
 
 def test_a_real_run_past_its_limit_falls_back_to_fake_tensors(monkeypatch):
     point = small("full", "plain", "model")
-    monkeypatch.setattr(accounting, "REAL_LIMIT_BYTES", 64 << 10)
+    monkeypatch.setattr(fake_run, "REAL_LIMIT_BYTES", 64 << 10)
     fast = predict(point)
     assert fast.method == "exact"
     assert figures(fast) == figures(account(point, fake=True, count_flops=True))
@@ -68,15 +69,15 @@ def test_a_real_run_past_its_limit_falls_back_to_fake_tensors(monkeypatch):
 
 def test_mutation_a_real_run_that_lost_its_tracker_is_caught(monkeypatch):
     """The equality above can fail: a real run whose tracker misses the parameters' storages."""
-    from attnprof.profiler.measure import compose
+    from attnprof.profiler.measure import drive as driving
 
-    original = compose.drive
+    original = driving.drive
 
     def drive_without_parameters(work, tracker, **kwargs):
         kwargs["track_parameters"] = lambda: None
         return original(work, tracker, **kwargs)
 
-    monkeypatch.setattr(compose, "drive", drive_without_parameters)
+    monkeypatch.setattr(driving, "drive", drive_without_parameters)
     point = small("sdpa", "plain", "model")
     assert figures(predict(point)) != figures(account(point, fake=True, count_flops=True))
 
@@ -93,7 +94,7 @@ def test_large_points_and_plug_ins_are_never_run_for_real(tmp_path, monkeypatch)
 
 
 def test_predicting_a_small_point_imports_no_fake_tensor_machinery(tmp_path):
-    code = ("import sys\nfrom attnprof.profiler.measure.accounting import predict\n"
+    code = ("import sys\nfrom attnprof.profiler.predict.fake_run import predict\n"
             "from attnprof.profiler.records import Point, Shape\n"
             "acc = predict(Point('sdpa', 'plain', 'model', Shape(seq_len=256, d_model=64, heads=2)))\n"
             "print(acc.method)\n"
@@ -117,9 +118,9 @@ def python_out(code: str, tmp_path) -> str:
 
 def test_small_points_in_forked_workers_do_not_hang(tmp_path):
     """The parent runs real ops (its OpenMP pool starts), then forks prediction workers that
-    run small points for real too: they must not wait for the parent's pool (runner.predict
+    run small points for real too: they must not wait for the parent's pool (predict.pool
     starts its workers single-threaded)."""
-    code = (OPENMP_STARTED + "from attnprof.profiler.runner.predict import spread, prediction_record\n"
+    code = (OPENMP_STARTED + "from attnprof.profiler.predict.pool import spread\nfrom attnprof.profiler.predict.points import prediction_record\n"
             "from attnprof.profiler.records import Point, Shape\n"
             "points = [Point(v, m, 'model', Shape(seq_len=256, d_model=64, heads=2, layers=2))\n"
             "          for v in ('full', 'sdpa', 'sparse_strided') for m in ('plain', 'checkpoint')]\n"
@@ -129,8 +130,8 @@ def test_small_points_in_forked_workers_do_not_hang(tmp_path):
 
 
 def test_a_budget_search_over_small_points_in_forked_workers_does_not_hang(tmp_path):
-    """As above, for the budget search's scheduler (runner/chains.py)."""
-    code = (OPENMP_STARTED + "from attnprof.profiler.runner.predict import longest_fitting\n"
+    """As above, for the budget search's scheduler (predict/pool.py)."""
+    code = (OPENMP_STARTED + "from attnprof.profiler.predict.points import longest_fitting\n"
             "from attnprof.scenarios.scenario import Scenario\n"
             "sc = Scenario(variants=('full', 'sdpa'), modes=('plain', 'checkpoint'), d_model=32, heads=2, layers=2)\n"
             "rows = longest_fitting(sc, 8 << 20, start=64, limit=4096)\n"

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from attnprof.errors import UserError
-from attnprof.profiler.gpu.model import replay
+from attnprof.profiler.memmodel.gpu_peak import replay
 from attnprof.profiler.hardware.gpus import get_gpu
 from attnprof.profiler.memmodel.caching_allocator import CachingAllocator
 from attnprof.profiler.memmodel.sdpa_choice import BACKEND_ENV, choose_sdpa_backend

@@ -9,9 +9,9 @@ import pickle
 
 import pytest
 
-from attnprof.profiler.measure import cache
+from attnprof.profiler.predict import cache
 from attnprof.profiler.runner import plan
-from attnprof.profiler.runner.predict import prediction_record
+from attnprof.profiler.predict.points import prediction_record
 from attnprof.profiler.runner.worker import measure_point
 from attnprof.scenarios.scenario import Scenario
 from attnprof.scenarios.variants import registry
@@ -52,7 +52,7 @@ def test_one_sweep_point_end_to_end_parses_its_label_once(parses, variant, scope
 
 
 def test_a_budget_search_parses_each_label_once(parses):
-    from attnprof.profiler.runner.predict import longest_fitting
+    from attnprof.profiler.predict.points import longest_fitting
 
     sc = Scenario(variants=("lsh",), modes=("plain",), d_model=32, heads=2, layers=1)
     rows = longest_fitting(sc, budget_bytes=8 << 20, start=128, limit=2048)

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from attnprof.cli import app
-from attnprof.profiler.runner.predict import usable_cores
+from attnprof.profiler.forks import usable_cores
 from attnprof.profiler.timemodel import calibrate, machine
 
 runner = CliRunner()

@@ -4,7 +4,7 @@ from the calibrated thin-GEMM table, and used by the model (a GPU keeps one effi
 import pytest
 
 from attnprof.profiler.hardware.gpus import get_gpu
-from attnprof.profiler.measure.accounting import predict
+from attnprof.profiler.predict.fake_run import predict
 from attnprof.profiler.records import Point, Shape
 from attnprof.profiler.timemodel import constants as C
 from attnprof.profiler.timemodel.rates import Rates, gpu_rates, interpolate_log

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from attnprof.profiler.measure.accounting import predict
+from attnprof.profiler.predict.fake_run import predict
 from attnprof.profiler.records import Point
 from attnprof.scenarios.variants.registry import VariantSpec, parse_variant
 from attnprof.profiler.records import Shape

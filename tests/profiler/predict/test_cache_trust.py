@@ -14,8 +14,9 @@ import pytest
 from typer.testing import CliRunner
 
 from attnprof.cli import app
-from attnprof.profiler.measure import cache, trust
-from attnprof.profiler.measure.accounting import predict
+from attnprof.profiler.measure import trust
+from attnprof.profiler.predict import cache
+from attnprof.profiler.predict.fake_run import predict
 from attnprof.profiler.records import Point, Shape
 from attnprof.profiler.timemodel import machine
 
@@ -34,7 +35,7 @@ def plant(root: Path, peak: int) -> Path:
     (path,) = (root / "predictions").glob("*.json")
     data = json.loads(path.read_text())
     data["value"]["peak_bytes"] = peak
-    data["checksum"] = cache._checksum(data["key"], data["value"])
+    data["checksum"] = cache.checksum(data["key"], data["value"])
     path.write_text(json.dumps(data))
     return path
 

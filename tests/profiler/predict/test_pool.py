@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from attnprof.profiler.runner.chains import WorkerDied, _Board, run_chains
+from attnprof.profiler.predict.pool import WorkerDied, _Board, run_chains
 
 PARENT = os.getpid()
 

@@ -2,7 +2,7 @@
 
 A fake run costs time per op, not per byte, so an L-block prediction costs L blocks of
 dispatch. The blocks are identical up to the variant's layer period p, and so is what
-each one allocates and frees. This module runs the stack ``TRACED_PERIODS`` = 3 periods
+each one allocates and frees. A prediction runs the stack ``TRACED_PERIODS`` = 3 periods
 deep (first, one middle, last) with the tracker's ordered event trace on, cuts the trace
 into *runs* at marks (a pass's prologue, then one run per period; passes: parameters,
 forward, backward), and builds the L-block event sequence from them (K = L/p periods):
@@ -33,317 +33,25 @@ nothing is guessed):
 Plug-in code cannot see L (only its layer_index), so depth-dependence can only come from
 the stack itself: the test suite compares the composition with full-depth fake runs of
 every variant, mode, scope, option family and dtype at depths 1-24, and checks that a
-composition with a layer too few or too many is caught (tests/profiler/measure/test_compose.py).
+composition with a layer too few or too many is caught (tests/profiler/predict/test_compose.py).
 
-The marks come from hooks that allocate nothing and hold no tensor: forward pre-hooks on
-a period's first attention (``block.f``, which runs in the forward and again where
-checkpoint or reversible recompute it) and last feed-forward (``block.g``: a reversible
-backward rebuilds it first), and, in the forward, a gradient hook on a period's last
-output (it fires where backward enters the period). The parameters are registered period
-by period, in their usual order. The tracer counts FLOPs (flops.REGISTRY, as
-``FlopCounter``) in the same dispatch mode, and FakeTensorMode runs under
-``fakemode.light_dynamo`` (no torch._dynamo import).
+The trace and its marks come from ``profiler/measure/drive.py`` (``trace_point``). The
+module is over 400 lines because it is one algorithm: cutting the trace into runs, the
+checks that make composing it exact, and the composed figures read from those runs.
 """
 
 from __future__ import annotations
 
-import contextlib
-import time
 from dataclasses import dataclass, field
-from typing import Callable, Optional
 
-import torch
-
-from attnprof.profiler.measure.fakemode import light_dynamo
-from attnprof.profiler.measure.flops import REGISTRY
-from attnprof.profiler.measure.tracker import ALLOC, CATEGORIES, FREE, MARK, OP, MemoryTracker, TensorInfo, tensors_in
-from attnprof.profiler.records import Point
+from attnprof.profiler.measure.drive import MARK_LABEL, PROLOGUE, Traced, count_into, op_costs_rows
+from attnprof.profiler.measure.tracker import ALLOC, CATEGORIES, FREE, MARK, OP, TensorInfo
 
 TRACED_PERIODS = 3  # first, one middle, last: the fewest that hold every kind of period
-PASSES = ("param", "fwd", "bwd")
-PROLOGUE = -1  # the period number of what a pass does before its first period (once in any stack)
-_MARK = "attnprof.period"  # label[0] of the marks this module puts into the trace
 
 
 class NotComposable(Exception):
     """The traced stack does not compose to another depth; run every block instead."""
-
-
-class TooBig(Exception):
-    """A real run of a point passed its memory limit; predict it with fake tensors."""
-
-
-# --- one run -----------------------------------------------------------------------------
-def drive(work, tracker: MemoryTracker, *, track_parameters: Optional[Callable[[], None]] = None,
-          phase: Callable[[str], None] = lambda name: None) -> None:
-    """What every accounting of a point runs inside its tracker: register the parameters
-    and inputs, forward, then backward and name the gradients. One function, so a real
-    run, the full-depth fake run (``accounting.account``) and the traced one
-    (``trace_point``) cannot drift apart. ``phase("forward")``/``phase("backward")`` is
-    called as each pass starts; ``track_parameters`` may register ``work.params`` itself,
-    in the same order."""
-    if track_parameters is None:
-        tracker.track(work.params, "parameters")
-    else:
-        track_parameters()
-    tracker.track([*work.inputs, work.dout], "inputs")  # dout: the upstream gradient, None if forward-only
-    phase("forward")
-    result = work.forward()  # the output (scope attention) or the loss (scope model)
-    if not work.point.forward_only:
-        phase("backward")
-        work.backward(result)
-        tracker.mark_gradients(work.grads())
-    del result
-
-
-# --- the tracer --------------------------------------------------------------------------
-class Tracer(MemoryTracker):
-    """The memory tracker with its event trace on, and FLOPs per op in the same dispatch
-    mode (one Python mode per op instead of two)."""
-
-    def __init__(self, count_flops: bool = True, limit_bytes: Optional[int] = None):
-        super().__init__(trace=True)
-        self.count_flops = count_flops
-        self.limit_bytes = limit_bytes  # raise TooBig when live tensors pass it (a real run)
-        self.flops: dict[int, int] = {}  # trace position of an op's OP event -> its FLOPs
-        self.reads: dict[int, tuple] = {}  # trace position of an op's OP event -> serials it read
-        self.io: dict[int, tuple] = {}  # trace position of an op's OP event -> (bytes read, bytes written)
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func is _DEVICE:  # a fake tensor's .device (most of a fake run's dispatches): what
-            fake_mode = getattr(args[0], "fake_mode", None)  # FakeTensor.__torch_dispatch__ answers,
-            if fake_mode is not None:  # without passing through two more Python modes
-                return torch.device("meta") if fake_mode.in_kernel_invocation else args[0].fake_device
-        kwargs = kwargs or {}
-        at = len(self.trace)
-        out, outputs = self._dispatch(func, args, kwargs)
-        formula, is_view = _facts(func)
-        flops = 0
-        if formula is not None and self.count_flops:
-            flops = self.flops[at] = self.flops.get(at, 0) + int(formula(*args, **kwargs, out_val=out))
-        if outputs is None:  # no OP event: an op that allocates nothing (prim.device)
-            return out
-        if self.limit_bytes is not None and self.current_bytes > self.limit_bytes:
-            raise TooBig(f"live tensors passed {self.limit_bytes} bytes")
-        costs = flops or len(self.trace) > at + 1  # an op that costs something: which storages it read
-        if is_view and not costs:  # a view costs nothing and reads nothing: no walk over its inputs
-            self.io[at] = (0, 0)
-            return out
-        inputs = tensors_in((args, kwargs))
-        self.io[at] = (0, 0) if is_view else (_bytes_of(inputs), _bytes_of(outputs))
-        if costs:
-            live = self._live
-            self.reads[at] = tuple(entry[0] for t in inputs
-                                   if (entry := live.get(t.untyped_storage()._cdata)) is not None)
-        return out
-
-
-_FACTS: dict = {}
-
-
-def _facts(func) -> tuple:
-    """(its FLOP formula or None, whether it is a view) of an op, memoised per overload."""
-    found = _FACTS.get(func)
-    if found is None:
-        found = _FACTS[func] = (REGISTRY.get(getattr(func, "_overloadpacket", None)), bool(func.is_view))
-    return found
-
-
-def _bytes_of(tensors) -> int:
-    """Bytes an op reads (its tensor inputs) or writes (its outputs): each distinct tensor's
-    elements, but no more than its storage holds (a broadcast, stride-0 tensor reads the
-    storage once). The time model (attnprof.profiler.timemodel) costs an op by these."""
-    total, seen = 0, set()
-    for t in tensors:
-        if id(t) not in seen:
-            seen.add(id(t))
-            total += min(t.numel() * t.element_size(), t.untyped_storage().nbytes())
-    return total
-
-
-_DEVICE = torch.ops.prim.device.default
-
-
-class _Marks:
-    """Puts a mark into the trace where each pass and each period in it starts; see the
-    module docstring. ``ok`` is False when the module is not a stack of blocks with
-    ``.f`` and ``.g`` whose parameters come first, block by block, in ``work.params``."""
-
-    def __init__(self, tracer: Tracer, work, period: int):
-        self.tracer, self.work, self.period = tracer, work, period
-        self.phase = "param"
-        self.handles: list = []
-        blocks = getattr(work.module, "blocks", None)
-        self.blocks = list(blocks) if isinstance(blocks, torch.nn.ModuleList) else []
-        in_blocks = [p for b in self.blocks for p in b.parameters()]
-        self.ok = (bool(self.blocks) and len(self.blocks) % period == 0
-                   and all(isinstance(getattr(b, name, None), torch.nn.Module) for b in self.blocks for name in "fg")
-                   and len(work.params) >= len(in_blocks)
-                   and all(a is b for a, b in zip(work.params, in_blocks)))
-        self.periods = len(self.blocks) // period if self.ok else 0
-        self.current = None  # the last mark's (pass, period)
-        if self.ok:
-            for j, block in enumerate(self.blocks):
-                if j % period == 0:
-                    self.handles.append(block.f.register_forward_pre_hook(self._entering(j // period)))
-                if j % period == period - 1:
-                    self.handles.append(block.register_forward_hook(self._leaving(j // period)))
-                    self.handles.append(block.g.register_forward_pre_hook(self._recomputing(j // period)))
-
-    def mark(self, pass_: str, k: int) -> None:
-        if (pass_, k) != self.current:
-            self.current = (pass_, k)
-            self.tracer.mark((_MARK, pass_, k))
-
-    def _entering(self, k: int):
-        """Before a period's first attention runs: in the forward, and where backward
-        recomputes it (checkpoint, reversible)."""
-        def hook(module, args):
-            if self.phase in ("fwd", "bwd"):
-                self.mark(self.phase, k)
-        return hook
-
-    def _recomputing(self, k: int):
-        """Before a period's last feed-forward runs again in backward: where a reversible
-        backward enters the period (it rebuilds each block g first, then f)."""
-        def hook(module, args):
-            if self.phase == "bwd":
-                self.mark("bwd", k)
-        return hook
-
-    def _leaving(self, k: int):
-        """After a period's last block ran forward: its output's gradient marks where
-        backward enters the period."""
-        def hook(module, args, out):
-            if self.phase == "fwd" and isinstance(out, torch.Tensor) and out.requires_grad and torch.is_grad_enabled():
-                out.register_hook(lambda grad: self.mark("bwd", k))
-        return hook
-
-    def track_parameters(self) -> None:
-        """``tracker.track(work.params)``, in the same order, a mark before each period's."""
-        if not self.ok:
-            self.tracer.track(self.work.params, "parameters")
-            return
-        self.mark("param", PROLOGUE)
-        count = 0
-        for j, block in enumerate(self.blocks):
-            if j % self.period == 0:
-                self.mark("param", j // self.period)
-            own = list(block.parameters())
-            self.tracer.track(own, "parameters")
-            count += len(own)
-        self.tracer.track(self.work.params[count:], "parameters")  # the final norm's
-
-    def start(self, phase: str) -> None:
-        self.phase = phase
-        if self.ok:
-            self.mark(phase, PROLOGUE)
-
-    def remove(self) -> None:
-        for handle in self.handles:
-            handle.remove()
-
-
-@dataclass
-class Traced:
-    """One fake run with the tracer: the tracker's report, its trace, FLOPs per op."""
-
-    point: Point
-    peak_bytes: int
-    breakdown_bytes: dict
-    largest_at_peak: list
-    trace: list  # tracker event tuples up to the end of the run
-    flops: dict  # trace position -> FLOPs of the op whose OP event is there
-    reads: dict  # trace position -> serials the op whose OP event is there read (ops that cost something)
-    backward_at: int  # trace position where backward started (len(trace) if forward-only)
-    categories: dict  # serial -> category, as the tracker names it at the end
-    origins: dict  # serial -> (op, shape, dtype)
-    periods: int  # K, when the run is marked for composition; 0 otherwise
-    wall_ms: float = 0.0
-    io: dict = field(default_factory=dict)  # trace position -> (bytes read, bytes written) of the op there
-
-    def op_costs(self) -> list:
-        """Every op of the run, counted: ``op_costs_rows`` of {(pass, op, flops, read, written): n}."""
-        costs: dict = {}
-        for at in sorted(set(self.io) | set(self.flops)):
-            event = self.trace[at] if at < len(self.trace) else None
-            name = event[1] if event is not None and event[0] == OP else None
-            _count(costs, ("bwd" if at >= self.backward_at else "fwd", name, self.flops.get(at, 0),
-                           *self.io.get(at, (0, 0))))
-        return op_costs_rows(costs)
-
-    @property
-    def flops_fwd(self) -> int:
-        return sum(f for at, f in self.flops.items() if at < self.backward_at)
-
-    @property
-    def flops_bwd(self) -> int:
-        return sum(f for at, f in self.flops.items() if at >= self.backward_at)
-
-
-def trace_point(point: Point, *, marks: bool = False, count_flops: bool = True, seed: int = 0,
-                real_limit_bytes: Optional[int] = None, mode: Optional[type] = None) -> Traced:
-    """Run ``point`` once under FakeTensorMode with the tracer, exactly as
-    ``accounting.account(point, fake=True)`` runs it; ``marks`` cuts the trace into runs.
-
-    ``mode``: the fake mode's class (default: ``internals.new_fake_mode()``, the fast one
-    where this torch passed ``internals.check``, which compares the two).
-    ``real_limit_bytes``: run on real CPU tensors instead (the tracker's figures are the
-    same, tests/profiler/measure/test_small_points.py), giving up with ``TooBig`` as soon
-    as the live tensors pass the limit. A small point costs milliseconds this way, and no
-    fake-tensor machinery is imported (see accounting.small_point)."""
-    from attnprof.profiler.measure.workload import Workload
-
-    start = time.perf_counter()
-    torch.manual_seed(seed)
-    # the mode is made inside light_dynamo: FakeTensorMode() reads torch._dynamo.config
-    with light_dynamo(), (_fake_mode(mode) if real_limit_bytes is None else contextlib.nullcontext()):
-        work = Workload(point, "cpu")
-        tracer = Tracer(count_flops, limit_bytes=real_limit_bytes)
-        marker = _Marks(tracer, work, work.spec.layer_period()) if marks and point.scope == "model" else None
-        backward_at = []
-
-        def phase(name: str) -> None:
-            if name == "backward":
-                backward_at.append(len(tracer.trace))
-            if marker is not None:
-                marker.start("fwd" if name == "forward" else "bwd")
-
-        try:
-            with tracer:
-                drive(work, tracer, track_parameters=marker.track_parameters if marker else None, phase=phase)
-                end = len(tracer.trace)
-        finally:
-            if marker is not None:
-                marker.remove()
-        report = tracer.report()
-        categories = {serial: tracer._category(serial) for serial in tracer._origin}
-        origins = dict(tracer._origin)
-    return Traced(point, report.peak_bytes, report.breakdown_bytes, report.largest_at_peak, tracer.trace[:end],
-                  tracer.flops, tracer.reads, backward_at[0] if backward_at else end, categories, origins,
-                  marker.periods if marker is not None and marker.ok else 0, (time.perf_counter() - start) * 1e3,
-                  tracer.io)
-
-
-def _fake_mode(mode: Optional[type]):
-    """The fake mode a trace runs in (imported when needed: the fake-tensor machinery costs ~0.8 s)."""
-    from attnprof.profiler.measure.internals import new_fake_mode
-
-    return new_fake_mode() if mode is None else mode()
-
-
-def _count(counter: dict, key: tuple, n: int = 1) -> None:
-    counter[key] = counter.get(key, 0) + n
-
-
-def op_costs_rows(costs: dict) -> list:
-    """An op-cost histogram as sorted JSON-ready rows ``[pass, op, flops, bytes_read,
-    bytes_written, count]``: the per-op input of the time model (attnprof.profiler.timemodel).
-    ``op`` is the aten overload's name ("mm.default"); None for FLOPs counted without an
-    OP event. Ops that cost nothing (views, detach: no FLOPs, no bytes; they launch no
-    kernel) are left out: they are also the one thing a reversible backward's composition
-    does not count per layer (see test_the_composed_event_sequence_is_the_full_runs)."""
-    return sorted(([*key, n] for key, n in costs.items() if any(key[2:])), key=lambda r: (r[0], str(r[1]), r[2:]))
 
 
 # --- runs --------------------------------------------------------------------------------
@@ -381,7 +89,7 @@ def _runs(traced: Traced) -> dict:
             if current is None:
                 raise NotComposable("FLOPs before the first mark")
             current.events.append(("O", None, None, traced.flops[at], (), (0, 0)))
-        if kind == MARK and isinstance(event[1], tuple) and event[1][:1] == (_MARK,):
+        if kind == MARK and isinstance(event[1], tuple) and event[1][:1] == (MARK_LABEL,):
             tag = tuple(event[1][1:])
             if current is None or tag != current.tag:
                 if tag in seen:
@@ -511,7 +219,7 @@ class Composition:
         the last period; the middle period (1) is the one that repeats."""
         return t in (PROLOGUE, 0, self.periods - 1)
 
-    def _tau(self, c: int, k: int) -> int:
+    def tau(self, c: int, k: int) -> int:
         """The traced period that period c of a k-period stack repeats."""
         return c if c in (PROLOGUE, 0) else self.periods - 1 if c == k - 1 else 1
 
@@ -519,7 +227,7 @@ class Composition:
         """The composed run that a reference from period c of a k-period stack names: the
         middle refers to its neighbours and to prologues; the runs that happen once to each
         other and to the middle period next to them."""
-        t = self._tau(c, k)
+        t = self.tau(c, k)
         target = t + ref[1]
         if t == 1 and target != PROLOGUE:
             return ref[0], c + ref[1]
@@ -571,10 +279,10 @@ class Composition:
                     if at_edge != in_middle:
                         raise NotComposable(f"runs {(p, edge)} and {mid.tag} free different storages of "
                                             f"their neighbours in pass {q}")
-        self.summaries = {tag: self._summarise(run) for tag, run in self.runs.items()}
+        self.summaries = {tag: self.summarise(run) for tag, run in self.runs.items()}
         self._check_identity()
 
-    def _summarise(self, run: _Run) -> _Summary:
+    def summarise(self, run: _Run) -> _Summary:
         s = _Summary()
         level, by = 0, {}
         for at, event in enumerate(run.events):
@@ -591,7 +299,7 @@ class Composition:
                 by[category] = by.get(category, 0) - nbytes
             elif event[0] == "O":
                 s.flops += event[3]
-                _count(s.costs, (event[1], event[3], *event[5]))
+                count_into(s.costs, (event[1], event[3], *event[5]))
         s.net, s.net_by = level, by
         return s
 
@@ -606,7 +314,7 @@ class Composition:
     # --- the composed stack ---------------------------------------------------------------
     def template(self, tag: tuple, k: int) -> tuple:
         """The traced run that run ``tag`` of a k-period stack repeats."""
-        return tag[0], self._tau(tag[1], k)
+        return tag[0], self.tau(tag[1], k)
 
 
     def figures(self, k: int) -> tuple:
@@ -636,7 +344,7 @@ class Composition:
         for tag in self.instances(k):
             pass_ = "bwd" if tag[0] == "bwd" else "fwd"
             for key, n in self.summaries[self.template(tag, k)].costs.items():
-                _count(costs, (pass_, *key), n)
+                count_into(costs, (pass_, *key), n)
         return op_costs_rows(costs)
 
     def _largest(self, instances: list, k: int, at: tuple, count: int = 5) -> list:
@@ -670,13 +378,13 @@ class Composition:
 
     def _freed_before(self, tag: tuple, i: int, k: int, index: dict, at: tuple) -> bool:
         """Whether storage i of run ``tag`` (composed) is freed before position ``at``."""
-        c, traced = tag[1], self._tau(tag[1], k)
+        c, traced = tag[1], self.tau(tag[1], k)
         for p in self.passes:
             for c_f in {c - 1, c, c + 1, PROLOGUE, 0, k - 1}:
                 freeing = (p, c_f)
                 if freeing not in index:
                     continue
-                ref = (tag[0], traced - self._tau(c_f, k), i)
+                ref = (tag[0], traced - self.tau(c_f, k), i)
                 if self._resolve(c_f, ref, k) != tag:
                     continue
                 e = self.runs[self.template(freeing, k)].free_at.get(ref)

@@ -1,29 +1,30 @@
 """`attnprof predict`: predicted peak bytes and FLOPs for a scenario's points, and the
-longest length that fits a memory budget (at power-of-two or finer resolution).
+longest length that fits a memory budget (at power-of-two or finer resolution; the one
+search: search.py), and the report's capacity figures at the lengths that decide.
 
 Predictions run in this process when there are few of them; many run in this process
 and in workers forked from it once it is warm (torch and the fake-tensor machinery
 imported), each taking the next point not yet taken, so no worker pays the warm-up; a
-budget search schedules each of its predictions so (runner/chains.py).
+budget search schedules each of its predictions so (pool.py).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Callable, Hashable, Optional
+from typing import Optional
 
 from attnprof.profiler.forks import usable_cores
-from attnprof.profiler.measure.accounting import predict
 from attnprof.profiler.measure.workload import scope_note
-from attnprof.profiler.runner.chains import run_chains
+from attnprof.profiler.predict.fake_run import predict
+from attnprof.profiler.predict.pool import run_chains, spread
+from attnprof.profiler.predict.search import bracket, longest_index
 from attnprof.profiler.runner.plan import series, shape_at, shape_problem
 from attnprof.profiler.records import Point
 from attnprof.profiler.units import fmt_bytes, fmt_flops, printable
 from attnprof.scenarios.scenario import Scenario
 
 LONGEST_SEARCHED = 1 << 20  # budget search stops at 1M tokens unless --max-len says otherwise
-SPREAD_FROM = 3  # fewer tasks than this run in this process: forking a worker costs more than it saves
 SCAN = 4096  # how far (in steps of the resolution) to look for a length a variant accepts
 
 
@@ -43,26 +44,6 @@ def prediction_record(point: Point, rates=None) -> dict:
             "flops_fwd": acc.flops_fwd, "flops_bwd": acc.flops_bwd, "flops": acc.flops_fwd + acc.flops_bwd,
             **time_fields(point, acc.op_costs, rates),
             "prediction_method": acc.method, "prediction_cached": acc.cached, "predict_ms": round(acc.wall_ms, 1)}
-
-
-def spread(fn: Callable, tasks: list, workers: Optional[int] = None,
-           warm_key: Callable[[object], Hashable] = lambda task: None) -> list:
-    """``[fn(t) for t in tasks]``, over this process and ``workers - 1`` forked ones
-    (default: one per usable core), each task a chain of one step (``run_chains``): this
-    process does the first task alone, then forks the workers, which so start with what it
-    imported lazily (sympy, torch's fake-tensor machinery) and with the fake-tensor
-    dispatch cache it filled. Then this process takes tasks from the start of the list and
-    the workers from its end, each first a task whose ``warm_key`` it has run before.
-    Fewer than SPREAD_FROM tasks run here: forking a worker would cost more than it saves."""
-    tasks = list(tasks)
-    workers = workers or usable_cores()
-    return run_chains(fn, [_once(t) for t in tasks], workers=workers if len(tasks) >= SPREAD_FROM else 1,
-                      warm_key=warm_key)
-
-
-def _once(task):
-    """A chain of one step."""
-    return (yield task)
 
 
 def point_key(point: Point) -> tuple:
@@ -161,10 +142,9 @@ def _longest_in_series(scenario: Scenario, template: Point, budget: int, start: 
     # A variant may refuse some lengths (LSH needs two buckets): the search visits only those
     # it accepts, or a refusal would read as "does not fit".
     lengths = [n for n in powers if s.accepts(n)] or powers
-    lo, hi = -1, len(lengths)  # lengths[lo] fits (or none), lengths[hi] does not (or beyond)
-    while hi - lo > 1:
-        mid = _guess(s, lengths, lo, hi, budget)
-        lo, hi = (mid, hi) if (yield from s.fits(lengths[mid], budget)) else (lo, mid)
+    # lengths[lo] fits (or none), lengths[hi] does not (or beyond)
+    lo, hi = yield from bracket(-1, len(lengths), lambda lo, hi: _guess(s, lengths, lo, hi, budget) if hi - lo > 1
+                                else None, lambda i: s.fits(lengths[i], budget))
     best = lengths[lo] if lo >= 0 else None
     above = lengths[hi] if hi < len(lengths) else None  # the shortest that does not fit, if any
     if resolution is not None:
@@ -232,15 +212,8 @@ def _finer(s: _Series, budget: int, best: Optional[int], above: Optional[int], l
     top = above if above is not None else limit + 1
     lo = s.accepted_near(best, 0, best + 1, step) if best else None  # the longest multiple <= best
     lo_n = lo or 0
-    hi = top
-    while True:
-        mid = s.accepted_near((lo_n + hi) // 2, lo_n, hi, step)
-        if mid is None:
-            break
-        if (yield from s.fits(mid, budget)):
-            lo_n = mid
-        else:
-            hi = mid
+    lo_n, hi = yield from bracket(lo_n, top, lambda lo, hi: s.accepted_near((lo + hi) // 2, lo, hi, step),
+                                  lambda n: s.fits(n, budget))
     if lo_n and not (yield from s.fits(lo_n, budget)):  # the multiple below a fitting power did not fit: not monotone
         lo_n = 0
     return (lo_n or None), (hi if hi <= limit else None)
@@ -312,13 +285,9 @@ def _series_capacity(job) -> dict[str, int]:
         return known[n]
 
     for gib in budgets_gib:
-        lo, hi = -1, len(lengths)
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            value = peak(lengths[mid])
-            # a length the variant cannot run at (e.g. LSH below 2 buckets) counts as fitting
-            # when shorter than lengths that do: memory only grows with n
-            lo, hi = (mid, hi) if value is None or value <= gib * 2**30 else (lo, mid)
+        # a length the variant cannot run at (e.g. LSH below 2 buckets) counts as fitting
+        # when shorter than lengths that do: memory only grows with n
+        lo, hi = longest_index(len(lengths), lambda i: (value := peak(lengths[i])) is None or value <= gib * 2**30)
         for i in (lo, hi):
             if 0 <= i < len(lengths):
                 peak(lengths[i])

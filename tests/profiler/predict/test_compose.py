@@ -10,9 +10,12 @@ import contextlib
 
 import pytest
 
-from attnprof.profiler.measure import accounting, compose
-from attnprof.profiler.measure.accounting import account, predict
-from attnprof.profiler.measure.compose import TRACED_PERIODS, Composition, NotComposable, trace_point
+from attnprof.profiler.measure import drive
+from attnprof.profiler.predict import fake_run
+from attnprof.profiler.measure.accounting import account
+from attnprof.profiler.predict.fake_run import predict
+from attnprof.profiler.predict.compose import TRACED_PERIODS, Composition, NotComposable
+from attnprof.profiler.measure.drive import trace_point
 from attnprof.profiler.records import Point, Shape
 from attnprof.scenarios.variants.registry import parse_variant, variant_names
 
@@ -30,7 +33,7 @@ MODES = ["plain", "checkpoint", "reversible"]
 def no_real_runs(monkeypatch):
     """These shapes are small enough to be run for real (test_small_points.py); here every
     prediction takes the fake-tensor path the composition is part of."""
-    monkeypatch.setattr(accounting, "SMALL_POINT_BYTES", 0)
+    monkeypatch.setattr(fake_run, "SMALL_POINT_BYTES", 0)
 
 
 def shape(layers: int, dtype: str = "float32", n: int = 256) -> Shape:
@@ -180,7 +183,7 @@ def test_mutation_off_by_one_composition_is_caught(monkeypatch):
 
 def test_mutation_a_middle_period_standing_in_for_the_first_is_caught(monkeypatch):
     """Repeat the first period's runs where the middle's belong: the event sequence shows it."""
-    monkeypatch.setattr(Composition, "_tau", lambda self, c, k: c if c in (-1, 0) else
+    monkeypatch.setattr(Composition, "tau", lambda self, c, k: c if c in (-1, 0) else
                         self.periods - 1 if c == k - 1 else 0)
     with pytest.raises((AssertionError, NotComposable, KeyError)):
         test_the_composed_event_sequence_is_the_full_runs("sdpa", "plain")
@@ -189,14 +192,14 @@ def test_mutation_a_middle_period_standing_in_for_the_first_is_caught(monkeypatc
 def test_a_composer_broken_at_the_traced_depth_is_refused_at_run_time(monkeypatch):
     """The self-check: composing the traced depth must give the tracker's own figures;
     when it does not, the prediction runs every layer, and is still exact."""
-    original = Composition._summarise
+    original = Composition.summarise
 
     def lose_a_byte(self, run):
         s = original(self, run)
         s.net -= 1
         return s
 
-    monkeypatch.setattr(Composition, "_summarise", lose_a_byte)
+    monkeypatch.setattr(Composition, "summarise", lose_a_byte)
     fast = check(POINT)
     assert fast.method.startswith("exact; not composed") and "does not reproduce" in fast.method
 
@@ -233,12 +236,12 @@ def test_talking_heads_in_a_reversible_stack_composes():
 
 
 def test_runs_out_of_order_are_refused(monkeypatch):
-    original = compose._Marks.mark
+    original = drive.Marks.mark
 
     def shuffled(self, pass_, k):  # the forward marks its periods in the wrong order
         original(self, pass_, (k + 1) % self.periods if pass_ == "fwd" and k >= 0 else k)
 
-    monkeypatch.setattr(compose._Marks, "mark", shuffled)
+    monkeypatch.setattr(drive.Marks, "mark", shuffled)
     traced = trace_point(Point("sdpa", "plain", "model", shape(TRACED_PERIODS)), marks=True)
     with pytest.raises(NotComposable):
         Composition.of(traced)

@@ -1,7 +1,8 @@
-"""Chains of predictions, each step waiting for the one before, over this process and
-forked workers, one prediction at a time.
+"""THE worker pool of predictions: chains of predictions, each step waiting for the one
+before, over this process and forked workers, one prediction at a time; ``spread`` is a
+list of independent tasks on it (chains of one step).
 
-A frontier search (predict.longest_fitting) is one chain per variant x mode: predict a
+A frontier search (points.longest_fitting) is one chain per variant x mode: predict a
 length, look at the peak, choose the next length. Given to workers a whole chain at a
 time, the slowest chain decides the wall time (measured: an LSH series, whose fake run
 grows with n, ran 2.8 s alone at the end while the other core idled). Here every step is
@@ -26,7 +27,6 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import signal
 import sys
 import threading
 import traceback
@@ -215,3 +215,61 @@ def _serve(conn, step: Callable, parent: int, parents_end) -> None:
         except Exception as exc:  # an answer that does not pickle
             what = "".join(traceback.format_exception_only(answer[1])).strip() if not answer[0] else repr(exc)
             conn.send((False, RuntimeError(f"a prediction worker could not send its answer back: {what}")))
+
+
+SPREAD_FROM = 3  # fewer tasks than this run in this process: forking a worker costs more than it saves
+
+
+def spread(fn: Callable, tasks: list, workers: Optional[int] = None,
+           warm_key: Callable[[object], Hashable] = lambda task: None) -> list:
+    """``[fn(t) for t in tasks]``, over this process and ``workers - 1`` forked ones
+    (default: one per usable core), each task a chain of one step (``run_chains``): this
+    process does the first task alone, then forks the workers, which so start with what it
+    imported lazily (sympy, torch's fake-tensor machinery) and with the fake-tensor
+    dispatch cache it filled. Then this process takes tasks from the start of the list and
+    the workers from its end, each first a task whose ``warm_key`` it has run before.
+    Fewer than SPREAD_FROM tasks run here: forking a worker would cost more than it saves."""
+    from attnprof.profiler.forks import usable_cores
+
+    tasks = list(tasks)
+    workers = workers or usable_cores()
+    return run_chains(fn, [_once(t) for t in tasks], workers=workers if len(tasks) >= SPREAD_FROM else 1,
+                      warm_key=warm_key)
+
+
+def _once(task):
+    """A chain of one step."""
+    return (yield task)
+
+
+def within(fn: Callable, arg_tuples: list, seconds: float) -> list:
+    """``fn(*args)`` for each of ``arg_tuples``, one task per forked worker process (up to
+    one per core), keeping the results that finish within ``seconds`` (in order, the
+    unfinished and the failed left out); the workers still busy then are terminated.
+    Where a forked worker could not run a backward (profiler/forks.autograd_fork_safe: a
+    CUDA build after one), the tasks run in this process, one after another, until the
+    deadline. Predictions run no real kernels and touch no GPU, so forking is safe."""
+    import time
+
+    from attnprof.profiler.forks import autograd_fork_safe, fork_pool
+
+    deadline = time.monotonic() + seconds
+    if not autograd_fork_safe():
+        out = []
+        for args in arg_tuples:
+            if time.monotonic() >= deadline:
+                break
+            out.append(fn(*args))
+        return out
+    pool = fork_pool(max(1, min(len(arg_tuples), os.cpu_count() or 1)))
+    out = []
+    try:
+        pending = [pool.apply_async(fn, args) for args in arg_tuples]
+        for result in pending:
+            result.wait(max(0.0, deadline - time.monotonic()))
+            if result.ready() and result.successful():
+                out.append(result.get())
+    finally:
+        pool.terminate()  # unfinished tasks: their figures stay extrapolations ('~')
+        pool.join()
+    return out

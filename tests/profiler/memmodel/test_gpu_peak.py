@@ -7,9 +7,10 @@ from typer.testing import CliRunner
 
 from attnprof import api
 from attnprof.cli import app
-from attnprof.profiler.gpu.model import GPU_FIELDS, TraceCache, predict_gpu
+from attnprof.profiler.memmodel.gpu_peak import GPU_FIELDS, TraceCache
+from attnprof.profiler.predict.gpu_points import predict_gpu
 from attnprof.profiler.hardware.gpus import ENV_VAR, get_gpu
-from attnprof.profiler.measure.accounting import predict
+from attnprof.profiler.predict.fake_run import predict
 from attnprof.profiler.records import Point, PointRecord, Shape
 
 runner = CliRunner()

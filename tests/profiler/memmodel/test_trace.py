@@ -4,13 +4,13 @@ import torch
 import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from attnprof.profiler.gpu.model import replay
-from attnprof.profiler.gpu.trace import record_trace
-from attnprof.profiler.hardware.gpus import get_gpu
-from attnprof.profiler.measure.accounting import predict
-from attnprof.profiler.measure.tracker import ALLOC, FREE, MARK, OP, MemoryTracker
 from attnprof.profiler.memmodel.caching_allocator import CachingAllocator
 from attnprof.profiler.memmodel.sdpa_kernels import substitute
+from attnprof.profiler.memmodel.gpu_peak import replay
+from attnprof.profiler.hardware.gpus import get_gpu
+from attnprof.profiler.memmodel.trace import record_trace
+from attnprof.profiler.predict.fake_run import predict
+from attnprof.profiler.measure.tracker import ALLOC, FREE, MARK, OP, MemoryTracker
 from attnprof.profiler.records import Point, Shape
 
 MiB = 1 << 20

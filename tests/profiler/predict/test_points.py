@@ -5,8 +5,9 @@ import math
 
 import pytest
 
-from attnprof.profiler.measure import accounting
-from attnprof.profiler.measure.accounting import measure_cpu, predict
+from attnprof.profiler.predict import fake_run
+from attnprof.profiler.measure.accounting import measure_cpu
+from attnprof.profiler.predict.fake_run import predict
 from attnprof.profiler.records import Point, Shape
 
 VARIANTS = ["full", "sdpa", "talking_heads", "lsh", "sparse_strided", "sparse_fixed[summary=4]",
@@ -73,9 +74,9 @@ def test_attention_memory_slope_matches_the_algorithm(variant, expected):
 def test_depth_composition_equals_running_every_layer(variant, mode, monkeypatch):
     """The fast path (three periods traced, the depth composed) against ``exact=True``,
     which runs ``account`` itself: every layer, the tracker and FlopCounter as separate
-    modes (tests/profiler/measure/test_compose.py covers depths, dtypes, options). The
+    modes (tests/profiler/predict/test_compose.py covers depths, dtypes, options). The
     point is small enough to be run for real (test_small_points.py): not here."""
-    monkeypatch.setattr(accounting, "SMALL_POINT_BYTES", 0)
+    monkeypatch.setattr(fake_run, "SMALL_POINT_BYTES", 0)
     layers = 20 if "interleaved" in variant else 10  # deep enough that the predictor composes
     point = Point(variant, mode, "model", Shape(batch=1, seq_len=256, d_model=32, heads=4, layers=layers))
     fast, exact = predict(point), predict(point, exact=True)
@@ -98,7 +99,7 @@ def _pid_of(_):
 def test_spread_keeps_the_order_and_uses_workers_only_for_enough_tasks():
     import os
 
-    from attnprof.profiler.runner.predict import SPREAD_FROM, spread
+    from attnprof.profiler.predict.pool import SPREAD_FROM, spread
 
     assert spread(_square, list(range(20)), workers=2) == [x * x for x in range(20)]
     assert set(spread(_pid_of, list(range(SPREAD_FROM - 1)), workers=2)) == {os.getpid()}  # few: no fork
@@ -106,7 +107,8 @@ def test_spread_keeps_the_order_and_uses_workers_only_for_enough_tasks():
 
 
 def test_predicting_many_points_in_parallel_equals_one_by_one():
-    from attnprof.profiler.runner.predict import prediction_record, spread
+    from attnprof.profiler.predict.points import prediction_record
+    from attnprof.profiler.predict.pool import spread
 
     points = [Point(v, m, "model", Shape(batch=1, seq_len=128, d_model=32, heads=4, layers=2))
               for v in ("sdpa", "full") for m in ("plain", "checkpoint", "reversible")]
@@ -117,10 +119,10 @@ def test_predicting_many_points_in_parallel_equals_one_by_one():
 
 
 def test_a_budget_search_over_both_cores_equals_one_in_this_process(monkeypatch):
-    """Every prediction of the search scheduled on its own (runner/chains.py) changes
+    """Every prediction of the search scheduled on its own (predict/pool.py) changes
     nothing in the rows: the same lengths, peaks and limits as one process, one series
     after the other."""
-    from attnprof.profiler.runner import predict as runner
+    from attnprof.profiler.predict import points as runner
     from attnprof.scenarios.scenario import Scenario
 
     sc = Scenario(variants=("full", "sdpa", "lsh[bucket_size=16]"), modes=("plain", "reversible"), d_model=32,
@@ -134,7 +136,7 @@ def test_a_budget_search_over_both_cores_equals_one_in_this_process(monkeypatch)
 
 
 def test_a_budget_search_over_two_series_uses_the_cores_and_one_series_does_not(monkeypatch):
-    from attnprof.profiler.runner import predict as runner
+    from attnprof.profiler.predict import points as runner
     from attnprof.scenarios.scenario import Scenario
 
     asked = []
@@ -161,7 +163,7 @@ def test_resolution_finds_the_longest_accepted_multiple_that_fits(variant, resol
     that fits, found by exact predictions; LSH accepts only multiples of 2 x 32 = 64
     (so of lcm(100, 64) = 1600 here)."""
     from attnprof.profiler.runner.plan import shape_at, shape_problem
-    from attnprof.profiler.runner.predict import longest_fitting
+    from attnprof.profiler.predict.points import longest_fitting
 
     sc = _budget_scenario(variant)
     budget = budget_mib << 20
@@ -191,7 +193,7 @@ def test_resolution_finds_the_longest_accepted_multiple_that_fits(variant, resol
 def test_a_peak_that_is_not_monotone_in_length_is_reported():
     """Binary search assumes the peak grows with n; the lengths a search predicted say
     whether they bear that out, and the table says where they do not."""
-    from attnprof.profiler.runner import predict as runner
+    from attnprof.profiler.predict import points as runner
 
     series = runner._Series(_budget_scenario("sdpa"), Point("sdpa", "none", "attention", Shape(seq_len=256)))
     for n, peak in [(512, 10), (1024, 30), (2048, 20), (4096, 40)]:

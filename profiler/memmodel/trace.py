@@ -1,10 +1,10 @@
 """The exact allocation/free sequence of one point, recorded under fake tensors on the CPU.
 
-The same Workload as ``profiler/measure/accounting.account(point, fake=True)`` (module,
-inputs, the upstream gradient, forward, backward), with the tracker's ``trace`` on and a
-``backward`` marker between the passes. Fake *CUDA* tensors cannot be used on the CPU
+The same Workload, driven the same way (``profiler/measure/drive.drive``: module, inputs,
+the upstream gradient, forward, backward) as ``accounting.account(point, fake=True)``,
+with the tracker's ``trace`` on and a ``backward`` marker between the passes. Fake *CUDA* tensors cannot be used on the CPU
 build of torch (their backward aborts the process, ../shared/NOTES.md), so the trace has
-the CPU kernels' allocations; ``kernels.py`` substitutes the GPU's where they differ.
+the CPU kernels' allocations; ``profiler/memmodel/sdpa_kernels.py`` substitutes the GPU's where they differ.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from attnprof.profiler.records import Point
 class Trace:
     point: Point
     events: list  # profiler.measure.tracker event tuples, in order
-    tensor_peak_bytes: int  # the tracker's peak: equals accounting.predict's predicted peak
+    tensor_peak_bytes: int  # the tracker's peak: equals predict.fake_run.predict's predicted peak
     sdpa_math: bool = False  # recorded with SDPA forced onto its math path
     wall_ms: float = 0.0
     counts: dict = field(default_factory=dict)  # event kind -> how many
@@ -35,6 +35,7 @@ def record_trace(point: Point, *, sdpa_math: bool = False, seed: int = 0) -> Tra
     """
     import torch
 
+    from attnprof.profiler.measure.drive import drive
     from attnprof.profiler.measure.fakemode import light_dynamo
     from attnprof.profiler.measure.internals import new_fake_mode
     from attnprof.profiler.measure.tracker import MemoryTracker
@@ -51,15 +52,7 @@ def record_trace(point: Point, *, sdpa_math: bool = False, seed: int = 0) -> Tra
     with light_dynamo(), new_fake_mode(quick=False):  # made inside: it reads torch._dynamo.config
         work = Workload(point, "cpu")
         with backend, MemoryTracker(trace=True) as tracker:
-            tracker.track(work.params, "parameters")
-            # the upstream gradient, where the workload has one (None when forward-only)
-            tracker.track([*work.inputs, getattr(work, "dout", None)], "inputs")
-            out = work.forward()
-            if not point.forward_only:
-                tracker.mark("backward")
-                work.backward(out)
-                tracker.mark_gradients(work.grads())
-            del out
+            drive(work, tracker, phase=lambda name: tracker.mark("backward") if name == "backward" else None)
         peak = tracker.peak_bytes
         events = tracker.trace
     counts: dict = {}

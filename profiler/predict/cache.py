@@ -15,7 +15,10 @@ ignored and rewritten. A cache folder that cannot be written costs one warning l
 stderr per process, never the prediction; so does one that is not the user's own
 (trust.py: owned by another uid, or writable by others), which is then neither read nor
 written, since a checksum cannot tell who wrote an entry (docs/accounting.md). Entries are written to a temporary file and
-renamed, so concurrent writers (the fork pool, two shells) never leave half a file.
+renamed, so concurrent writers (the fork pool, two shells) never leave half a file (the
+folder and the writing: profiler/measure/cache_folder.py, shared with the calibration
+cache). The report's capacity cache in a run folder (reports/render_cache.py) keys its
+entries with this module's ``versions()`` too.
 """
 
 from __future__ import annotations
@@ -27,15 +30,14 @@ import inspect
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Optional
 
 from attnprof.profiler.measure import trust
+from attnprof.profiler.measure.cache_folder import ENV, cache_dir, trusted, write_atomically
 from attnprof.profiler.records import Point
 
 SCHEMA = 2  # bump when the entry's layout or meaning changes
-ENV = "ATTNPROF_CACHE_DIR"
 FIELDS = ("peak_bytes", "breakdown_bytes", "largest_at_peak", "flops_fwd", "flops_bwd", "method", "op_costs")
 _PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the attnprof package (the repository root)
 _NOT_SOURCE = {"tests", "scripts", "docs", "runs", "build", "dist"}
@@ -43,13 +45,6 @@ _NOT_SOURCE = {"tests", "scripts", "docs", "runs", "build", "dist"}
 _enabled = True
 _warned = False
 _source_digest: Optional[str] = None
-
-
-def cache_dir() -> Path:
-    if os.environ.get(ENV):
-        return Path(os.environ[ENV])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "attnprof"
 
 
 @contextlib.contextmanager
@@ -71,11 +66,6 @@ def check_folder() -> bool:
     """Whether the cache folder may be used (trust.py), warning once if not. Called by a
     command before it starts workers, so the warning is printed once, not by each."""
     return not _enabled or trusted(cache_dir() / "predictions")
-
-
-def trusted(folder: Path, warn=None) -> bool:
-    """Whether ``folder`` (under ``cache_dir()``) is the user's own: trust.usable."""
-    return trust.usable(cache_dir(), folder, warn, elsewhere=f"set {ENV} to a folder of your own")
 
 
 # --- the key ------------------------------------------------------------------------------
@@ -111,9 +101,6 @@ def _plugin_digest(cls) -> Optional[str]:
 
 def key_of(point: Point) -> Optional[dict]:
     """The cache key of a point's prediction, or None when it must not be cached."""
-    import torch
-
-    from attnprof import __version__
     from attnprof.scenarios.variants.registry import spec_of
 
     spec = spec_of(point)
@@ -123,9 +110,33 @@ def key_of(point: Point) -> Optional[dict]:
     plugin = None if builtin else _plugin_digest(cls)
     if not builtin and plugin is None:
         return None
-    return {"schema": SCHEMA, "torch": torch.__version__, "attnprof": __version__, "source": source_digest(),
-            "point": list(point.key()), "options": {k: _plain(v) for k, v in sorted(options.items())},
+    return {**versions(), "point": list(point.key()), "options": {k: _plain(v) for k, v in sorted(options.items())},
             "plugin": plugin}
+
+
+def versions() -> dict:
+    """What every cached prediction depends on beside its point: the entry schema, torch's
+    and attnprof's versions and the source digest. The report's caches in a run folder
+    (reports/render_cache.py) are keyed by it too (``versions_tag``)."""
+    from attnprof import __version__
+
+    return {"schema": SCHEMA, "torch": torch_version(), "attnprof": __version__, "source": source_digest()}
+
+
+def versions_tag() -> str:
+    """``versions()`` in 16 hex digits: a cache entry made under other versions is stale."""
+    return hashlib.sha256(_canonical(versions()).encode()).hexdigest()[:16]
+
+
+def torch_version() -> str:
+    """torch's version, without importing torch where it is not imported yet (a report
+    that reads its caches need not pay for it)."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        return torch.__version__
+    from importlib.metadata import version
+
+    return version("torch")
 
 
 def _plain(value):
@@ -140,7 +151,7 @@ def _path_of(key: dict) -> Path:
     return cache_dir() / "predictions" / (hashlib.sha256(_canonical(key).encode()).hexdigest() + ".json")
 
 
-def _checksum(key: dict, value: dict) -> str:
+def checksum(key: dict, value: dict) -> str:
     return hashlib.sha256(_canonical([key, value]).encode()).hexdigest()
 
 
@@ -168,7 +179,7 @@ def load(point: Point) -> Optional[dict]:
     if not (isinstance(data, dict) and set(data) == {"key", "value", "checksum"} and data["key"] == key):
         return None
     value = data["value"]
-    if not _valid(value) or data["checksum"] != _checksum(key, value):
+    if not _valid(value) or data["checksum"] != checksum(key, value):
         return None
     return value
 
@@ -210,25 +221,16 @@ def store(point: Point, value: dict) -> None:
     if not trusted(path.parent):
         return
     try:
-        write_atomically(path, json.dumps({"key": key, "value": value, "checksum": _checksum(key, value)}))
+        write_atomically(path, json.dumps({"key": key, "value": value, "checksum": checksum(key, value)}))
     except OSError as exc:
         _warn_once(f"attnprof: warning: cannot write the prediction cache in {path.parent} "
                    f"({exc.strerror or exc}); predictions are not cached (set {ENV} to another folder)")
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path`` and rename it there, so a reader
-    (another process, a second shell) never sees half a file; OSError when it cannot."""
-    trust.make_private_dirs(path.parent)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+def reset_warnings() -> None:
+    """Forget that the one warning was printed: the next unwritable folder says so again."""
+    global _warned
+    _warned = False
 
 
 def _warn_once(line: str) -> None:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from attnprof.profiler.measure import cache
-from attnprof.profiler.measure.accounting import predict
+from attnprof.profiler.predict import cache
+from attnprof.profiler.predict.fake_run import predict
 from attnprof.profiler.records import Point, Shape
 
 POINT = Point("sdpa", "plain", "model", Shape(batch=1, seq_len=128, d_model=32, heads=4, layers=5))
@@ -45,7 +45,7 @@ def test_where_the_cache_lives(monkeypatch, tmp_path):
 def test_a_repeated_prediction_is_read_back(prediction_cache_dir, monkeypatch):
     first = predict(POINT)
     assert not first.cached and len(entries(prediction_cache_dir)) == 1
-    monkeypatch.setattr("attnprof.profiler.measure.accounting.trace_point",
+    monkeypatch.setattr("attnprof.profiler.predict.fake_run.trace_point",
                         lambda *a, **k: pytest.fail("traced a point the cache had"))
     again = predict(POINT)
     assert again.cached and figures(again) == figures(first)
@@ -76,7 +76,7 @@ def test_another_version_or_source_is_a_miss(monkeypatch, change):
     elif change == "attnprof":
         monkeypatch.setattr("attnprof.__version__", "0.0.0")
     else:
-        monkeypatch.setattr(cache, "_source_digest", "0" * 64)
+        monkeypatch.setattr(cache, "source_digest", lambda: "0" * 64)
     assert not predict(POINT).cached
 
 
@@ -98,7 +98,7 @@ def corrupt_consistently(path):
     """A wrong figure with a matching checksum: the schema check still refuses a bool."""
     data = json.loads(path.read_text())
     data["value"]["peak_bytes"] = True
-    data["checksum"] = cache._checksum(data["key"], data["value"])
+    data["checksum"] = cache.checksum(data["key"], data["value"])
     path.write_text(json.dumps(data))
 
 
@@ -106,14 +106,14 @@ def corrupt_foreign(path):
     """Another point's entry under this point's file name."""
     data = json.loads(path.read_text())
     data["key"]["point"][0] = "full"
-    data["checksum"] = cache._checksum(data["key"], data["value"])
+    data["checksum"] = cache.checksum(data["key"], data["value"])
     path.write_text(json.dumps(data))
 
 
 def corrupt_extra_field(path):
     data = json.loads(path.read_text())
     data["value"]["note"] = "hello"
-    data["checksum"] = cache._checksum(data["key"], data["value"])
+    data["checksum"] = cache.checksum(data["key"], data["value"])
     path.write_text(json.dumps(data))
 
 
@@ -137,7 +137,7 @@ def test_an_unwritable_cache_folder_is_a_warning_not_a_failure(monkeypatch, tmp_
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
     monkeypatch.setenv(cache.ENV, str(blocker / "cache"))
-    monkeypatch.setattr(cache, "_warned", False)
+    cache.reset_warnings()
     acc = predict(POINT)
     predict(Point("sdpa", "checkpoint", "model", POINT.shape))
     err = capsys.readouterr().err.strip().splitlines()

@@ -1,0 +1,212 @@
+"""Predicted GPU memory of a point on a named GPU: trace -> GPU kernels -> caching allocator.
+
+    gpu_total_bytes           = context_bytes + gpu_reserved_peak_bytes      (what NVML shows)
+    gpu_reserved_peak_bytes   = the simulated max_memory_reserved   (segments)
+    gpu_allocated_peak_bytes  = the simulated max_memory_allocated  (rounded blocks)
+    gpu_tensor_peak_bytes     = the peak of live tensor bytes with the GPU's kernels (unrounded)
+
+so tensor <= allocated <= reserved <= total always. ``gpu_fits``: the allocator, given
+the GPU's memory less the context, never runs out (it releases cached segments and
+retries before giving up, as PyTorch does). Every figure is a model, never a
+measurement: records carry them in ``gpu_*`` fields, tables label them "model".
+
+One point here; its step time (the time model) and many points (budget searches, the
+report's capacity figures) are the prediction layer's: profiler/predict/gpu_points.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Callable, Optional
+
+from attnprof.profiler.memmodel.caching_allocator import CachingAllocator, OutOfMemory
+from attnprof.profiler.memmodel.sdpa_choice import choose_sdpa_backend
+from attnprof.profiler.memmodel.sdpa_kernels import (ALIAS, ALLOC, CPU_FLASH_FWD, FREE, OP, TIE, cublas_workspace_bytes,
+                                                     substitute)
+from attnprof.profiler.hardware.gpus import GpuSpec
+from attnprof.profiler.records import Point
+
+MODEL_LABEL = "GPU memory MODEL (predicted: fake-tensor trace replayed through a simulated CUDA caching allocator)"
+
+
+# --- replaying events through the allocator ---------------------------------------------------
+@dataclass
+class Replay:
+    tensor_peak_bytes: int = 0  # live requested bytes (the GPU kernels' tensors), peak
+    allocated_peak_bytes: int = 0
+    reserved_peak_bytes: int = 0
+    end_allocated_bytes: int = 0
+    end_reserved_bytes: int = 0
+    segments: int = 0
+    retries: int = 0  # allocations that needed cached segments released first
+    oom_at: str = ""  # the op whose allocation ran out of memory
+
+
+def replay(events: list, allocator: CachingAllocator) -> Replay:
+    """Allocate and free in trace order. Names (storage serials or substituted buffers) map
+    to blocks; ALIAS adds a name to a block, TIE frees names with their owner. Raises
+    ``OutOfMemory`` (with ``.op``) when the allocator runs out."""
+    blocks: dict = {}  # block id -> [Block | None, refs, requested bytes]
+    names: dict = {}  # name -> block id
+    tied: dict = {}  # owner name -> [names]
+    live = peak = 0
+    next_id = 0
+    last_op = ""
+
+    def free(name) -> None:
+        nonlocal live
+        bid = names.pop(name, None)
+        if bid is None:
+            return
+        entry = blocks[bid]
+        entry[1] -= 1
+        if entry[1] == 0:
+            allocator.free(entry[0])
+            live -= entry[2]
+            del blocks[bid]
+        for other in tied.pop(name, ()):
+            free(other)
+
+    for e in events:
+        kind = e[0]
+        if kind == ALLOC:
+            _, name, nbytes, op = e
+            if name in names:  # a name reused: free the old one first (never in tracker traces)
+                free(name)
+            try:
+                block = allocator.malloc(nbytes)
+            except OutOfMemory as exc:
+                exc.op = op or last_op
+                raise
+            blocks[next_id] = [block, 1, nbytes]
+            names[name] = next_id
+            next_id += 1
+            live += nbytes
+            peak = max(peak, live)
+        elif kind == FREE:
+            free(e[1])
+        elif kind == ALIAS:
+            bid = names.get(e[2])
+            if bid is not None:
+                names[e[1]] = bid
+                blocks[bid][1] += 1
+        elif kind == TIE:
+            tied.setdefault(e[1], []).extend(e[2])
+        elif kind == OP:
+            last_op = e[1]
+    s = allocator.stats
+    return Replay(peak, s.peak_allocated, s.peak_reserved, s.allocated, s.reserved, s.segments, s.alloc_retries)
+
+
+# --- one point on one GPU -----------------------------------------------------------------------
+def _record(name) -> dict:
+    """A GpuPrediction field that is a record field of the same value, named ``name``."""
+    return {"record": name}
+
+
+@dataclass
+class GpuPrediction:
+    gpu: str = field(metadata=_record("gpu"))
+    # flash | efficient | cudnn | math | "" (the variant calls no SDPA)
+    sdpa_backend: str = field(metadata=_record("gpu_sdpa_backend"))
+    sdpa_reason: str
+    tensor_peak_bytes: int = field(metadata=_record("gpu_tensor_peak_bytes"))
+    allocated_peak_bytes: int = field(metadata=_record("gpu_allocated_peak_bytes"))
+    reserved_peak_bytes: int = field(metadata=_record("gpu_reserved_peak_bytes"))
+    context_bytes: int
+    total_bytes: int = field(metadata=_record("gpu_total_bytes"))
+    fits: bool = field(metadata=_record("gpu_fits"))
+    memory_bytes: int
+    cpu_tensor_peak_bytes: int  # the CPU kernels' tensor peak (= predicted_peak_bytes)
+    cublas_workspaces: int = 0
+    cublas_workspace_bytes: int = 0
+    notes: list = field(default_factory=list, metadata=_record("gpu_note"))  # joined with "; "
+    # gpu_time_fwd_ms, gpu_time_bwd_ms, gpu_tokens_per_s (the time model: timemodel/fields.GPU_TIME_FIELDS),
+    # filled in by predict/gpu_points.predict_gpu; each its own record field
+    times: dict = field(default_factory=dict,
+                        metadata={"record": ("gpu_time_fwd_ms", "gpu_time_bwd_ms", "gpu_tokens_per_s")})
+
+    def fields(self) -> dict:
+        """The record's gpu_* fields (GPU_FIELDS)."""
+        out = {}
+        for f in fields(self):
+            name, value = f.metadata.get("record"), getattr(self, f.name)
+            if isinstance(name, tuple):
+                out.update({k: value.get(k) for k in name})
+            elif name is not None:
+                out[name] = "; ".join(value) if f.name == "notes" else value
+        return out
+
+
+def _record_fields() -> tuple:
+    out = []
+    for f in fields(GpuPrediction):
+        name = f.metadata.get("record")
+        out += list(name) if isinstance(name, tuple) else [name] if name else []
+    return tuple(out)
+
+
+GPU_FIELDS = _record_fields()  # a record's gpu_* fields, in order: GpuPrediction's, derived
+
+
+def _has_sdpa(events: list) -> bool:
+    return any(e[0] == OP and e[1].split(".", 1)[0] == CPU_FLASH_FWD for e in events)
+
+
+class TraceCache:
+    """Traces of one point, recorded once and shared by every GPU (and the math path once),
+    and whatever else a caller keeps per point beside them (``memo``: the op rows)."""
+
+    def __init__(self):
+        self._traces: dict = {}
+        self._memo: dict = {}
+
+    def memo(self, name: str, point: Point, make: Callable[[Point], object]):
+        """``make(point)``, made once per (name, point) and kept."""
+        key = (name, point.key())
+        if key not in self._memo:
+            self._memo[key] = make(point)
+        return self._memo[key]
+
+    def get(self, point: Point, sdpa_math: bool = False):
+        from attnprof.profiler.memmodel.trace import record_trace
+
+        key = (point.key(), sdpa_math)
+        if key not in self._traces:
+            self._traces[key] = record_trace(point, sdpa_math=sdpa_math)
+        return self._traces[key]
+
+
+def gpu_memory(point: Point, gpu: GpuSpec, cache: Optional[TraceCache] = None) -> GpuPrediction:
+    """The model's allocated, reserved and total peaks of ``point`` on ``gpu`` (no step
+    time: ``predict.gpu_points.predict_gpu`` adds it)."""
+    cache = cache or TraceCache()
+    trace = cache.get(point)
+    cpu_peak = trace.tensor_peak_bytes  # the CPU kernels' peak: predicted_peak_bytes
+    backend, reason = "", "the variant calls no scaled_dot_product_attention"
+    if _has_sdpa(trace.events):
+        shape = point.shape
+        choice = choose_sdpa_backend(gpu, shape.dtype, shape.head_dim, requires_grad=not point.forward_only)
+        backend, reason = choice.backend, choice.reason
+        if backend == "math":
+            trace = cache.get(point, sdpa_math=True)
+    sub = substitute(trace.events, gpu, backend or "math")
+    notes = list(sub.notes)
+    if gpu.context_estimated:
+        notes.append(f"CUDA context estimated at {gpu.context_bytes >> 20} MiB")
+    workspaces = sum(1 for e in sub.events if e[0] == ALLOC and str(e[1]).startswith("cublas.workspace"))
+    free = replay(sub.events, CachingAllocator())
+    total = gpu.context_bytes + free.reserved_peak_bytes
+    result, fits = free, True
+    if total > gpu.memory_bytes:  # would it still fit, with PyTorch releasing its cache on OOM?
+        try:
+            result = replay(sub.events, CachingAllocator(capacity=max(0, gpu.memory_bytes - gpu.context_bytes)))
+            notes.append(f"fits only by releasing cached segments ({result.retries}x)")
+            total = gpu.context_bytes + result.reserved_peak_bytes
+        except OutOfMemory as exc:
+            fits, result = False, free
+            notes.append(f"out of memory at {getattr(exc, 'op', '') or 'an allocation'}: "
+                         f"figures are what it would need")
+    return GpuPrediction(gpu.key, backend, reason, result.tensor_peak_bytes, result.allocated_peak_bytes,
+                         result.reserved_peak_bytes, gpu.context_bytes, total, fits, gpu.memory_bytes,
+                         cpu_peak, workspaces, cublas_workspace_bytes(gpu), notes)
