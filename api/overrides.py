@@ -99,7 +99,7 @@ def listed(values: Union[str, Sequence[str], None]) -> Optional[tuple]:
 
 def _check_points(sc: Scenario) -> None:
     """The shape, the modes and every variant's options, through the real registry."""
-    from attnprof.profiler.runner.plan import modes_of, shape_at, variant_specs
+    from attnprof.scenarios.plan import modes_of, shape_at, variant_specs
     from attnprof.scenarios.variants.base import VariantError
 
     shape_at(sc, sc.lengths()[0] if sc.lengths() else 1)  # validates d_model/heads/dtype

@@ -121,7 +121,7 @@ def _predictions(scenario, overrides: dict, *, budget, gpus, gpu_files, resoluti
     if budget_bytes is None:
         from functools import partial
 
-        from attnprof.profiler.runner.plan import series
+        from attnprof.scenarios.plan import series
         from attnprof.profiler.predict.points import point_key, prediction_record
         from attnprof.profiler.predict.pool import spread
         from attnprof.profiler.timemodel.machine import machine_rates

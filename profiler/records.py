@@ -89,7 +89,7 @@ class Point:
     shape: Shape
     forward_only: bool = False
     # The parsed variant (a scenarios.variants VariantSpec whose label is ``variant``), set
-    # once by whoever builds the point from a label (runner/plan.py) and carried over by
+    # once by whoever builds the point from a label (scenarios/plan.py) and carried over by
     # dataclasses.replace; None for a point built by hand (scenarios.variants.spec_of then
     # parses the label). Not part of the identity (compare=False, NOT_IDENTITY), never
     # written into a record; it travels with the point when it is pickled to a worker.

@@ -137,7 +137,7 @@ def capacity_within(sc, budgets_gib: tuple, seconds: float, gpus: Optional[list]
     one series per task on the worker pool (``pool.within``), keeping what finishes within
     ``seconds``: point key -> bytes (or (GPU key, point key) -> gpu_* fields)."""
     from attnprof.profiler.predict.pool import within
-    from attnprof.profiler.runner.plan import series
+    from attnprof.scenarios.plan import series
 
     if gpus:
         from attnprof.profiler.predict.gpu_points import gpu_capacity_predictions

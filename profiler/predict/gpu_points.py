@@ -68,7 +68,7 @@ def gpu_longest_fitting(scenario, gpus: list[GpuSpec], budget_bytes: Optional[in
                         limit: Optional[int] = None) -> list[dict]:
     """Per variant x mode x GPU: the longest power-of-two length whose modelled total
     (context + reserved) fits both the GPU (the allocator never runs out) and the budget."""
-    from attnprof.profiler.runner.plan import series
+    from attnprof.scenarios.plan import series
 
     limit = limit or (1 << 20)
     templates = [points[0] for points in series(scenario.override(seq_lens=(start,)))]
@@ -83,7 +83,7 @@ def gpu_capacity_predictions(scenario, gpus: list[GpuSpec], start: int = 16,
     makes, without a budget): ``(gpu key, point.key_text()) -> gpu_* fields``. The
     report's capacity table reads these (``reports.capacity.add_gpu_predictions``), so its
     per-GPU figures are the model's, never extrapolations. Series run in parallel."""
-    from attnprof.profiler.runner.plan import series
+    from attnprof.scenarios.plan import series
 
     limit = limit or (1 << 20)
     jobs = [(scenario, points[0], gpus, None, start, limit) for points in series(scenario)]
@@ -103,7 +103,7 @@ def _series_fit(job) -> list[dict]:
 def _series_search(job) -> tuple[list[dict], dict]:
     """Rows of ``gpu_longest_fitting`` for one series, and what was predicted on the way:
     n -> (point, {gpu key: GpuPrediction} or the reason the variant refuses n)."""
-    from attnprof.profiler.runner.plan import shape_at, shape_problem
+    from attnprof.scenarios.plan import shape_at, shape_problem
     from attnprof.profiler.units import fmt_bytes
 
     scenario, template, gpus, budget_bytes, start, limit = job

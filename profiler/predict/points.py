@@ -19,7 +19,7 @@ from attnprof.profiler.measure.workload import scope_note
 from attnprof.profiler.predict.fake_run import predict
 from attnprof.profiler.predict.pool import run_chains, spread
 from attnprof.profiler.predict.search import bracket, longest_index
-from attnprof.profiler.runner.plan import series, shape_at, shape_problem
+from attnprof.scenarios.plan import series, shape_at, shape_problem
 from attnprof.profiler.records import Point
 from attnprof.profiler.units import fmt_bytes, fmt_flops, printable
 from attnprof.scenarios.scenario import Scenario

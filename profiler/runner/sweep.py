@@ -36,7 +36,7 @@ from attnprof.profiler.runner.executors import EXECUTORS, Executor, make_executo
 from attnprof.profiler.runner.interrupts import Interrupted, Interrupts
 from attnprof.profiler.runner.isolation import PointRunner
 from attnprof.profiler.runner.manifest import check_manifest_readable, check_resumable, write_manifest
-from attnprof.profiler.runner.plan import series, shape_problem
+from attnprof.scenarios.plan import series, shape_problem
 from attnprof.profiler.records import Point, PointRecord, key_of_record
 from attnprof.profiler.runner.estimate import PREDICTED_TIMEOUT_MARGIN, add_time_fields
 from attnprof.profiler.runner.progress import Progress

@@ -9,7 +9,7 @@ import pytest
 
 from attnprof.profiler.predict.fake_run import predict
 from attnprof.profiler.records import Point, PointRecord
-from attnprof.profiler.runner.plan import series, shape_at, shape_problem
+from attnprof.scenarios.plan import series, shape_at, shape_problem
 from attnprof.profiler.predict.points import capacity_predictions, longest_fitting
 from attnprof.reports.capacity import add_predictions, capacity
 from attnprof.reports.data import load

@@ -19,7 +19,7 @@ from attnprof.profiler.memmodel.gpu_peak import TraceCache
 from attnprof.profiler.hardware.gpus import ENV_VAR, resolve_gpus
 from attnprof.profiler.predict.fake_run import predict
 from attnprof.profiler.records import Point, PointRecord, Shape
-from attnprof.profiler.runner.plan import series, shape_at
+from attnprof.scenarios.plan import series, shape_at
 from attnprof.reports.capacity import (BUDGETS_GIB, GPU_CACHE_FILE, GPU_MODEL, MAX_EXP, MIN_EXP, add_gpu_predictions,
                                        capacity, default_gpu_predictor, gpu_fingerprint)
 from attnprof.reports.data import load

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from attnprof.errors import UserError
-from attnprof.profiler.runner.plan import series
+from attnprof.scenarios.plan import series
 from attnprof.scenarios.scenario import (MAX_FILE_BYTES, Scenario, ScenarioError, load_scenario,
                                          preset_names)
 

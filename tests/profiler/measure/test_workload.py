@@ -7,7 +7,7 @@ import torch
 from attnprof.profiler.measure.accounting import account
 from attnprof.profiler.measure.workload import Workload, scope_note
 from attnprof.profiler.records import Point, Shape
-from attnprof.profiler.runner.plan import shape_problem
+from attnprof.scenarios.plan import shape_problem
 from attnprof.profiler.predict.points import prediction_record
 from attnprof.profiler.runner.worker import measure_point
 from attnprof.scenarios.variants.registry import parse_variant, variant_names

@@ -162,7 +162,7 @@ def test_resolution_finds_the_longest_accepted_multiple_that_fits(variant, resol
     accepts, up to the first power of two that does not fit: the answer is the longest
     that fits, found by exact predictions; LSH accepts only multiples of 2 x 32 = 64
     (so of lcm(100, 64) = 1600 here)."""
-    from attnprof.profiler.runner.plan import shape_at, shape_problem
+    from attnprof.scenarios.plan import shape_at, shape_problem
     from attnprof.profiler.predict.points import longest_fitting
 
     sc = _budget_scenario(variant)

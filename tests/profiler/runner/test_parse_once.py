@@ -10,7 +10,7 @@ import pickle
 import pytest
 
 from attnprof.profiler.predict import cache
-from attnprof.profiler.runner import plan
+from attnprof.scenarios import plan
 from attnprof.profiler.predict.points import prediction_record
 from attnprof.profiler.runner.worker import measure_point
 from attnprof.scenarios.scenario import Scenario

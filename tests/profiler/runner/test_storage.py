@@ -12,7 +12,7 @@ import pytest
 from attnprof.errors import UserError
 from attnprof.profiler.records import PointRecord, Shape
 from attnprof.profiler.runner import storage
-from attnprof.profiler.runner.plan import PlanError, check_addressable
+from attnprof.scenarios.plan import PlanError, check_addressable
 from attnprof.profiler.runner.schema import MAX_LINE_BYTES
 from attnprof.profiler.runner.errors import StorageError
 from attnprof.profiler.runner.storage import (MANIFEST_FILE, RESULTS_FILE, RunFolderBusy, acquire_lock,

@@ -4,7 +4,7 @@ import pytest
 
 from attnprof.profiler.predict.fake_run import predict
 from attnprof.profiler.records import MODES, Point, Shape
-from attnprof.profiler.runner.plan import shape_problem
+from attnprof.scenarios.plan import shape_problem
 from attnprof.profiler.timemodel.op_classes import CLASSES, DEFAULT_CLASS, is_known, kernel_class
 from attnprof.scenarios.variants.registry import variant_names
 

@@ -1,4 +1,4 @@
-"""From a scenario to its points (profiler/runner/plan.py): series order, modes per scope,
+"""From a scenario to its points (scenarios/plan.py): series order, modes per scope,
 batches per length, shape problems, and one-line errors."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 
 from attnprof.errors import UserError
 from attnprof.profiler.records import MODES, NO_MODE, Point, Shape, ShapeError
-from attnprof.profiler.runner.plan import PlanError, modes_of, points, series, shape_at, shape_problem
+from attnprof.scenarios.plan import PlanError, modes_of, points, series, shape_at, shape_problem
 from attnprof.scenarios.scenario import Scenario, ScenarioError
 from attnprof.scenarios.variants.base import VariantError
 
