@@ -238,3 +238,29 @@ def test_no_cuda_device_query_outside_the_processes_that_may_make_one():
     offenders = [f"{path.relative_to(ROOT)}: {name}" for path in _modules().values() if path not in allowed
                  for name in _calls(path) if name.endswith(queries)]
     assert offenders == []
+
+
+# --- one idea per name, small files (#23) -------------------------------------------------
+def test_no_two_modules_inside_profiler_share_a_basename():
+    """measure/gpu.py beside gpu/, two kernels.py, two model.py: a name must say which idea."""
+    seen: dict[str, list[str]] = {}
+    for path in (ROOT / "profiler").rglob("*.py"):
+        if path.name not in ("__init__.py", "errors.py"):
+            seen.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
+
+
+MAX_LINES = 400
+
+
+def test_a_source_file_above_400_lines_says_why_its_size_is_earned():
+    """The docstring of a module over MAX_LINES lines explains its size ("... over 400 lines
+    because ..."); every other module stays under it."""
+    unexplained = []
+    for name, path in _modules().items():
+        text = path.read_text(encoding="utf-8")
+        if text.count("\n") > MAX_LINES:
+            doc = ast.get_docstring(ast.parse(text)) or ""
+            if "over 400 lines because" not in " ".join(doc.split()):
+                unexplained.append(f"{path.relative_to(ROOT)}: {text.count(chr(10))} lines")
+    assert unexplained == []
