@@ -8,7 +8,7 @@ with the local executor and, when Ray is installed and ``--ray`` is given, with
 
 A benchmark, not a test: that SIGTERM stops the wait at all (exit 143, the worker killed,
 the finished point kept, --resume completing) is tested in tests/profiler/runner/
-test_reliability.py and test_ray_executor.py; how fast it does so depends on the machine.
+test_reliability.py and executors/test_ray_cluster.py; how fast it does so depends on the machine.
 """
 
 from __future__ import annotations
