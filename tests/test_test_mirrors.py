@@ -70,7 +70,6 @@ UNMIRRORED = {
     "profiler/gate/format.py": "tests/profiler/test_units.py (the gate's number formats)",
     "profiler/gate/snapshot.py": "tests/profiler/gate/test_gate_e2e.py (through `attnprof gate`)",
     "profiler/gate/verdict.py": "tests/profiler/gate/test_gate_hostile.py",
-    "profiler/measure/flops.py": "tests/scenarios/variants/test_lsh.py, test_sparse.py (FLOP counts)",
     "profiler/measure/trust.py": "tests/profiler/measure/test_cache_trust.py",
     "profiler/runner/executors/__init__.py": "make_executor: tests/profiler/runner/test_parallel.py",
     "profiler/runner/executors/base.py": "the Executor protocol: through test_parallel.py, executors/test_ray_cluster.py",
