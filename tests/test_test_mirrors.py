@@ -69,7 +69,6 @@ UNMIRRORED = {
     "profiler/gate/compare.py": "tests/profiler/gate/test_gate.py, test_gate_hostile.py",
     "profiler/gate/format.py": "tests/profiler/test_units.py (the gate's number formats)",
     "profiler/gate/snapshot.py": "tests/profiler/gate/test_gate_e2e.py (through `attnprof gate`)",
-    "profiler/gate/verdict.py": "tests/profiler/gate/test_gate_hostile.py",
     "profiler/measure/trust.py": "tests/profiler/measure/test_cache_trust.py",
     "profiler/runner/executors/__init__.py": "make_executor: tests/profiler/runner/test_parallel.py",
     "profiler/runner/executors/base.py": "the Executor protocol: through test_parallel.py, executors/test_ray_cluster.py",
