@@ -73,7 +73,6 @@ UNMIRRORED = {
     "profiler/runner/executors/__init__.py": "make_executor: tests/profiler/runner/test_parallel.py",
     "profiler/runner/executors/base.py": "the Executor protocol: through test_parallel.py, executors/test_ray_cluster.py",
     "profiler/runner/executors/local.py": "tests/profiler/runner/test_parallel.py, tests/profiler/test_no_survivors.py",
-    "profiler/runner/interrupts.py": "tests/profiler/runner/test_reliability.py, tests/profiler/test_no_survivors.py",
     "profiler/runner/isolation.py": "tests/profiler/runner/test_reliability.py",
     "profiler/runner/manifest.py": "tests/profiler/test_safeio.py, tests/profiler/runner/test_sweep.py (resume)",
     "profiler/runner/preload.py": "tests/profiler/test_no_cuda_before_fork.py, measure/test_small_points.py",
