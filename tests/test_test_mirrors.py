@@ -65,7 +65,6 @@ PENDING = {
 # file, or writing one, removes the entry.
 UNMIRRORED = {
     "profiler/gate/baseline.py": "tests/profiler/gate/test_gate.py, test_markdown.py",
-    "profiler/gate/checks.py": "tests/profiler/gate/test_gate_hostile.py",
     "profiler/gate/compare.py": "tests/profiler/gate/test_gate.py, test_gate_hostile.py",
     "profiler/gate/format.py": "tests/profiler/test_units.py (the gate's number formats)",
     "profiler/gate/snapshot.py": "tests/profiler/gate/test_gate_e2e.py (through `attnprof gate`)",
