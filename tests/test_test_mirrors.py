@@ -76,7 +76,6 @@ UNMIRRORED = {
     "reports/charts.py": "tests/reports/test_render.py, test_time_accuracy.py",
     "reports/data.py": "tests/reports/test_hostile_inputs.py, test_shapes_of_runs.py and most of tests/reports",
     "reports/diff.py": "tests/reports/test_scaling_and_diff.py",
-    "reports/page.py": "tests/reports/test_render.py, test_browser.py",
     "reports/tables.py": "tests/reports/test_render.py",
     "scenarios/stack/blocks.py": "tests/scenarios/stack/test_stack.py",
     "scenarios/stack/reversible.py": "tests/scenarios/stack/test_stack.py",
