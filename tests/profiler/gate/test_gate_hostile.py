@@ -219,6 +219,7 @@ def cli(*args, cwd=None):
                           text=True, cwd=cwd, timeout=120)
 
 
+@pytest.mark.slow
 def test_cli_errors_are_one_line_and_exit_2(tmp_path, baseline, run):
     deep = make_run(tmp_path / "deep")
     (deep / "results.jsonl").write_text(DEEP + "\n")
