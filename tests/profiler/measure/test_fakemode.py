@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 CODE = r"""
 import sys
 import torch
