@@ -90,6 +90,7 @@ def test_time_extrapolation():
     assert extrapolate_s([(64, 1.0), (128, 1.0)], 256) == pytest.approx(2.0)  # slope clamped to >= 1
 
 
+@pytest.mark.slow
 def test_interrupt_then_resume_loses_nothing_and_duplicates_nothing(tmp_path):
     seen = []
 
