@@ -251,7 +251,7 @@ def sweep(scenario: ScenarioOpt = None,
                     on_start=banner, log=lambda line: typer.echo(line, err=True), gpus=gpu,
                     gpu_files=gpu_file or (), executor=executor.value, parallel=parallel, ray_address=ray_address,
                     ray_cpus_per_point=ray_cpus_per_point, gpu_types=gpu_types)
-    _print_outcome(run)
+    print_outcome(run)
     if run.interrupted:
         typer.echo(f"interrupted: every finished point is in {run.results_path}; "
                    f"complete it with: attnprof sweep ... --out {run.out} --resume", err=True)
@@ -261,7 +261,7 @@ def sweep(scenario: ScenarioOpt = None,
     typer.echo(f"results: {run.results_path}")
 
 
-def _print_outcome(run) -> None:
+def print_outcome(run) -> None:
     from attnprof.profiler.runner.summary import outcome_line, print_summary
 
     s = run.summary

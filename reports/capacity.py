@@ -167,7 +167,7 @@ _MODEL_ENV = ("ATTNPROF_SDPA_BACKEND", "TORCH_CUDNN_SDPA_DEPRIORITIZED", "CUBLAS
 
 def _gpu_curve(rows: pd.DataFrame, spec, cached: dict) -> Curve:
     first = rows.iloc[0]
-    make_point = _point_maker(rows)
+    make_point = point_maker(rows)
     curve = Curve(str(first["series"]), str(first["panel"]), make_point, _memory_exponent(str(first["variant"])),
                   gpu=spec.key, offset=float(spec.context_bytes))
     if not is_builtin(str(first["variant"])):
@@ -254,7 +254,7 @@ def not_predicted(variant: str) -> str:
             f"code a results file names); its figures come from the run's own records")
 
 
-def _point_maker(rows: pd.DataFrame) -> Callable[[int], Point]:
+def point_maker(rows: pd.DataFrame) -> Callable[[int], Point]:
     """The series' point at any length: its shape, and its batch rule."""
     first = rows.iloc[0]
     batch_of = _batch_rule(rows)
@@ -278,7 +278,7 @@ def _point_maker(rows: pd.DataFrame) -> Callable[[int], Point]:
 
 def _curve(rows: pd.DataFrame, cache: dict) -> Curve:
     first = rows.iloc[0]
-    make_point = _point_maker(rows)
+    make_point = point_maker(rows)
     curve = Curve(str(first["series"]), str(first["panel"]), make_point, _memory_exponent(str(first["variant"])))
     if not is_builtin(str(first["variant"])):
         curve.problem = not_predicted(str(first["variant"]))

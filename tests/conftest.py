@@ -1,5 +1,28 @@
+from time import perf_counter as wall_clock  # bound now: some tests monkeypatch time.perf_counter
+
 import pytest
 import torch
+
+# A test that runs longer than this is marked ``@pytest.mark.slow`` (``-m "not slow"`` then
+# leaves it out); one that is not is named at the end of the run: a note, never a failure.
+SLOW_S = 5.0
+UNMARKED_SLOW: list[tuple[float, str]] = []
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    started = wall_clock()
+    yield
+    took = wall_clock() - started
+    if took > SLOW_S and item.get_closest_marker("slow") is None:
+        UNMARKED_SLOW.append((took, item.nodeid))
+
+
+def pytest_terminal_summary(terminalreporter):
+    if UNMARKED_SLOW:
+        terminalreporter.section(f"tests over {SLOW_S:.0f} s without @pytest.mark.slow (a note, not a failure)")
+        for took, nodeid in sorted(UNMARKED_SLOW, reverse=True):
+            terminalreporter.write_line(f"{took:6.1f} s  {nodeid}")
 
 
 @pytest.fixture(autouse=True)

@@ -75,9 +75,9 @@ def check() -> str:
 
     if not QuickFakeTensorMode.enabled:
         return "FakeTensorMode._cache_key is not the method the quick key memoises"
-    plain = _fresh(_tiny_trace, CpuFakeTensorMode)  # first: torch computes every op itself
+    plain = _fresh(tiny_trace, CpuFakeTensorMode)  # first: torch computes every op itself
     hits_before = QuickFakeTensorMode.quick_hits
-    quick = _fresh(_tiny_trace, QuickFakeTensorMode)
+    quick = _fresh(tiny_trace, QuickFakeTensorMode)
     if QuickFakeTensorMode.quick_hits == hits_before:
         return "the memoised dispatch key was never used"
     if quick != plain:
@@ -93,19 +93,19 @@ def _fresh(fn, *args):
 
     from attnprof.profiler.measure.quickfake import QuickFakeTensorMode
 
-    saved = [(owner, name, owner.__dict__[name]) for owner, name in ((FakeTensorMode, "cache"),
-                                                                     (QuickFakeTensorMode, "_quick_keys"))
-             if isinstance(owner.__dict__.get(name), dict)]
-    for owner, name, _ in saved:
-        setattr(owner, name, {})
+    torch_cache = FakeTensorMode.__dict__.get("cache")
+    if isinstance(torch_cache, dict):
+        FakeTensorMode.cache = {}
+    memo = QuickFakeTensorMode.swap_memo({})
     try:
         return fn(*args)
     finally:
-        for owner, name, value in saved:
-            setattr(owner, name, value)
+        QuickFakeTensorMode.swap_memo(memo)
+        if isinstance(torch_cache, dict):
+            FakeTensorMode.cache = torch_cache
 
 
-def _tiny_trace(mode_cls) -> tuple:
+def tiny_trace(mode_cls) -> tuple:
     """The tracker's events and every output's layout for a few ops of each kind the fast
     path touches: views of contiguous, offset, transposed and expanded tensors (quick view),
     repeated ops (the memoised key, hit on the second layer), matmuls, softmax, backward
@@ -147,7 +147,7 @@ def _tiny_trace(mode_cls) -> tuple:
 def reset_for_tests() -> None:
     """Forget the verdict (and turn the quick mode back on if this torch supports it)."""
     global _verdict, _problem
-    from attnprof.profiler.measure.quickfake import QuickFakeTensorMode, _supported
+    from attnprof.profiler.measure.quickfake import QuickFakeTensorMode, torch_key_supported
 
     _verdict, _problem = None, ""
-    QuickFakeTensorMode.enabled = _supported()
+    QuickFakeTensorMode.enabled = torch_key_supported()

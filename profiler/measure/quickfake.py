@@ -71,7 +71,9 @@ class CpuFakeTensorMode(FakeTensorMode):
         pass
 
 
-def _supported() -> bool:
+def torch_key_supported() -> bool:
+    """Whether this torch's private ``FakeTensorMode._cache_key`` is the method the quick key
+    memoises (its signature; the behaviour is checked by ``internals.check``)."""
     method = getattr(FakeTensorMode, "_cache_key", None)
     try:
         return method is not None and list(inspect.signature(method).parameters) == _EXPECTED
@@ -82,11 +84,22 @@ def _supported() -> bool:
 class QuickFakeTensorMode(CpuFakeTensorMode):
     """FakeTensorMode with a memoised dispatch-cache key (see the module docstring)."""
 
-    enabled = _supported()
+    enabled = torch_key_supported()
     # quick key -> torch's key, shared by every instance as torch shares its cache
     # (FakeTensorMode.cache): neither key names the mode, only that the tensors are its own
     _quick_keys: dict = {}
     quick_hits = 0
+
+    @classmethod
+    def memo_size(cls) -> int:
+        """How many quick keys the memo holds (shared by every instance)."""
+        return len(QuickFakeTensorMode._quick_keys)
+
+    @classmethod
+    def swap_memo(cls, memo: dict) -> dict:
+        """Make ``memo`` the memo of every instance; -> the one it replaces (to put back)."""
+        old, QuickFakeTensorMode._quick_keys = QuickFakeTensorMode._quick_keys, memo
+        return old
 
     def _cache_key(self, state, func, args, kwargs):
         if not self.enabled or self.shape_env is not None:
@@ -107,11 +120,13 @@ class QuickFakeTensorMode(CpuFakeTensorMode):
         if torch.fx.experimental.proxy_tensor.get_proxy_mode() is not None:
             raise _NoQuickKey
         out = [func, torch.get_default_dtype(), torch._C._get_default_device(), torch.is_inference_mode_enabled()]
-        self._flatten(out, args)
-        self._flatten(out, kwargs)
+        self.flatten(out, args)
+        self.flatten(out, kwargs)
         return tuple(out)
 
-    def _flatten(self, out: list, value) -> None:
+    def flatten(self, out: list, value) -> None:
+        """Append ``value``'s part of the quick key to ``out`` (recursing into lists, tuples
+        and dicts); ``_NoQuickKey`` where only torch's own key will do."""
         kind = type(value)
         if kind is FakeTensor:
             if value.fake_mode is not self or value.constant is not None:
@@ -122,12 +137,12 @@ class QuickFakeTensorMode(CpuFakeTensorMode):
         elif kind in (list, tuple):
             out.append((kind, len(value)))
             for item in value:
-                self._flatten(out, item)
+                self.flatten(out, item)
         elif kind is dict:
             out.append((dict, len(value)))
             for name, item in value.items():
                 out.append(name)
-                self._flatten(out, item)
+                self.flatten(out, item)
         elif kind in _SCALARS:
             out.append(kind)
             out.append(value)

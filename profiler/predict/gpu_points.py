@@ -36,12 +36,6 @@ def _point_job(job) -> list[dict]:
     return [predict_gpu(point, gpu, cache).fields() for gpu in gpus]
 
 
-def _pool_map(fn, jobs: list) -> list:
-    """``[fn(j) for j in jobs]`` over the CPU's cores, as every prediction (pool.spread:
-    fake tensors, no GPU)."""
-    return spread(fn, jobs)
-
-
 def add_gpu_fields(records: list[dict], points: list[Point], gpus: list[GpuSpec]) -> list[dict]:
     """One record per point x GPU: each prediction record with the model's gpu_* fields
     (None where the point was not predicted)."""
@@ -50,7 +44,7 @@ def add_gpu_fields(records: list[dict], points: list[Point], gpus: list[GpuSpec]
     for r in records:
         point = by_key.get(tuple(r.get(f) for f in _identity_fields()))
         todo.append(point if r.get("status") == "ok" and point is not None else None)
-    results = _pool_map(_point_job, [(p, gpus) for p in todo if p is not None])
+    results = spread(_point_job, [(p, gpus) for p in todo if p is not None])
     out, it = [], iter(results)
     for r, point in zip(records, todo):
         per_gpu = next(it) if point is not None else [dict.fromkeys(GPU_FIELDS) | {"gpu": g.key} for g in gpus]
@@ -73,7 +67,7 @@ def gpu_longest_fitting(scenario, gpus: list[GpuSpec], budget_bytes: Optional[in
     limit = limit or (1 << 20)
     templates = [points[0] for points in series(scenario.override(seq_lens=(start,)))]
     jobs = [(scenario, t, gpus, budget_bytes, start, limit) for t in templates]
-    return [row for part in _pool_map(_series_fit, jobs) for row in part]
+    return [row for part in spread(_series_fit, jobs) for row in part]
 
 
 def gpu_capacity_predictions(scenario, gpus: list[GpuSpec], start: int = 16,
@@ -87,7 +81,7 @@ def gpu_capacity_predictions(scenario, gpus: list[GpuSpec], start: int = 16,
 
     limit = limit or (1 << 20)
     jobs = [(scenario, points[0], gpus, None, start, limit) for points in series(scenario)]
-    return {key: value for part in _pool_map(_series_predictions, jobs) for key, value in part.items()}
+    return {key: value for part in spread(_series_predictions, jobs) for key, value in part.items()}
 
 
 def _series_predictions(job) -> dict[tuple, dict]:

@@ -84,7 +84,7 @@ def longest_fitting(scenario: Scenario, budget_bytes: int, start: int = 256, lim
                       rank=lambda point: point.shape.seq_len, warm_key=point_key)
 
 
-class _Series:
+class Series:
     """One variant x mode at any length: its predictions, made once each."""
 
     def __init__(self, scenario: Scenario, template: Point):
@@ -137,7 +137,7 @@ class _Series:
 def _longest_in_series(scenario: Scenario, template: Point, budget: int, start: int, limit: int,
                        resolution: Optional[int]):
     """One series' search, a chain: yields each point to predict, returns the row."""
-    s = _Series(scenario, template)
+    s = Series(scenario, template)
     powers = [start << i for i in range(64) if start << i <= limit]
     # A variant may refuse some lengths (LSH needs two buckets): the search visits only those
     # it accepts, or a refusal would read as "does not fit".
@@ -165,7 +165,7 @@ def _longest_in_series(scenario: Scenario, template: Point, budget: int, start: 
             "lengths_predicted": len(s.records)}
 
 
-def _guess(s: _Series, lengths: list, lo: int, hi: int, budget: int) -> int:
+def _guess(s: Series, lengths: list, lo: int, hi: int, budget: int) -> int:
     """The next index to predict, strictly between lo and hi: where the peaks predicted so
     far, a power law in n between neighbours (log-log), say the budget is crossed; the
     middle when nothing is known. It only orders the predictions (every figure is
@@ -206,7 +206,7 @@ def _fixed_bytes(record: dict) -> int:
     return breakdown.get("parameters", 0) + breakdown.get("gradients", 0)
 
 
-def _finer(s: _Series, budget: int, best: Optional[int], above: Optional[int], limit: int, step: int):
+def _finer(s: Series, budget: int, best: Optional[int], above: Optional[int], limit: int, step: int):
     """``yield from``: within the power-of-two bracket (best fits, above does not), the
     longest accepted multiple of ``step`` that fits, and the next accepted multiple above it."""
     top = above if above is not None else limit + 1

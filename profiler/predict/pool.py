@@ -41,7 +41,7 @@ class WorkerDied(RuntimeError):
     """A forked worker ended without answering."""
 
 
-class _Board:
+class Board:
     """What every chain waits for, under one lock: ready tasks, steps running, answers."""
 
     def __init__(self, chains: list, rank: Callable, warm_key: Callable):
@@ -109,7 +109,7 @@ def run_chains(step: Callable, chains: list, *, workers: int = 1, rank: Callable
 def _run(step: Callable, chains: list, workers: int, rank: Callable, warm_key: Callable) -> list:
     from attnprof.profiler.forks import autograd_fork_safe, cuda_compiled
 
-    board = _Board(chains, rank, warm_key)
+    board = Board(chains, rank, warm_key)
     mine: set = set()
     # Warm first (the workers inherit what this process imported and cached), except on a CUDA
     # build: there this process's first backward starts autograd's device threads, after which
@@ -155,7 +155,7 @@ def _run(step: Callable, chains: list, workers: int, rank: Callable, warm_key: C
             conn.close()
 
 
-def _here(board: _Board, step: Callable, mine: set) -> list:
+def _here(board: Board, step: Callable, mine: set) -> list:
     """This process's share: steps until every chain has its answer."""
     while (got := board.take(mine)) is not None:
         i, task = got
@@ -168,7 +168,7 @@ def _here(board: _Board, step: Callable, mine: set) -> list:
     return board.answers
 
 
-def _feed(board: _Board, proc, conn) -> None:
+def _feed(board: Board, proc, conn) -> None:
     """One thread per worker: hands it the next ready task, gives its result back."""
     warm: set = set()
     while True:

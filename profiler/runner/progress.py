@@ -97,6 +97,12 @@ class Progress:
         if self._live:
             self._live.running(point_label(point))
 
+    def refresh(self) -> None:
+        """Redraw the live bar now (rich redraws it 4 times a second by itself); off a
+        terminal there is nothing to redraw."""
+        if self._live:
+            self._live.bar.refresh()
+
     def expect(self, point, seconds: Optional[float]) -> None:
         """The time ``point`` is expected to take (None: no longer known)."""
         self.eta.expect(point.key(), seconds)

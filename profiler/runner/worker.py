@@ -128,7 +128,7 @@ def measure_point(point: Point, settings: dict) -> PointRecord:
         if device == "cpu":
             _cpu_memory_pass(point, record)
         else:
-            _cuda_memory_pass(point, record, device)
+            record_cuda_memory(point, record, device)
         memory_pass_s = time.perf_counter() - memory_started
         _timing_pass(point, record, settings, memory_pass_s)
     except Exception as exc:  # noqa: BLE001 - any failure of one point is that point's result
@@ -152,7 +152,7 @@ def _cpu_memory_pass(point: Point, record: PointRecord) -> None:
                     "the real run executed different ops than the fake one")
 
 
-def _cuda_memory_pass(point: Point, record: PointRecord, device: str) -> None:
+def record_cuda_memory(point: Point, record: PointRecord, device: str) -> None:
     from attnprof.profiler.gpumeasure.allocator_pass import cuda_memory_pass
     from attnprof.profiler.gpumeasure.sdpa_spy import SdpaSpy
 

@@ -1,12 +1,9 @@
 """How numbers read and print: one formatter per kind, the same text everywhere."""
 
-import math
-
 import pandas as pd
 import pytest
 
 from attnprof.profiler import units
-from attnprof.profiler.records import step_time_ms, variant_family
 from attnprof.profiler.units import (GIB, fmt_bytes, fmt_flops, fmt_len, fmt_ms, fmt_pct, missing, mpl_text,
                                      parse_bytes, parse_percent)
 
@@ -56,17 +53,6 @@ def test_parse_sizes_and_percentages():
     for bad in ("-1", "1 parsec", "inf", "nan", "0"):
         with pytest.raises(ValueError):
             parse_bytes(bad)
-
-
-def test_variant_family_is_pure_string_work():
-    assert variant_family("lsh[n_hashes=8]") == "lsh" and variant_family("sdpa") == "sdpa"
-    assert variant_family("pkg.mod:Cls[x=1]") == "pkg.mod:Cls" and variant_family("[x]") == "[x]"
-
-
-def test_step_time_is_forward_plus_backward_on_numbers_and_series():
-    assert step_time_ms(2.0, 3.0) == 5.0 and step_time_ms(2.0, None) == 2.0 and step_time_ms(None, 3.0) is None
-    total = step_time_ms(pd.Series([2.0, 2.0, math.nan]), pd.Series([3.0, math.nan, 3.0]))
-    assert total.tolist()[:2] == [5.0, 2.0] and math.isnan(total.iloc[2])
 
 
 def test_text_table_pads_columns_and_spells_out_control_characters():

@@ -70,6 +70,7 @@ def report(tmp_path_factory) -> Path:
     return render_report(run, baseline=base, seconds=0)
 
 
+@pytest.mark.slow
 def test_report_loads_without_console_messages_and_screenshots(report, tmp_path):
     binary = chromium()
     ARTIFACTS.mkdir(exist_ok=True)

@@ -275,6 +275,7 @@ def test_an_unknown_gpu_is_one_line_and_exit_2(tmp_path, command, gpu_file):
                                                           gpus=["no-such-gpu"])
 
 
+@pytest.mark.slow
 def test_sweep_and_report_with_gpus_from_the_command_line(tmp_path, gpu_file, direct):
     """A real (tiny) CPU sweep with --gpu: its report is per GPU, from the sweep's own model
     figures (none made by the report), and results.jsonl keeps one record per point with

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from attnprof.cli import app
 from attnprof.profiler.predict.cache import versions_tag
-from attnprof.reports.capacity import CACHE_FILE, GPU_CACHE_FILE, _point_maker  # noqa: I001
+from attnprof.reports.capacity import CACHE_FILE, GPU_CACHE_FILE, point_maker  # noqa: I001
 from attnprof.reports.data import load
 
 from conftest import Page, ci_records, write_run
@@ -68,7 +68,7 @@ def cache_keys(run) -> list[str]:
     """The keys the render looks up for the run's first series (every searched length)."""
     frame = load(run).frame
     rows = next(iter(frame.groupby(["series", "panel"], sort=False)))[1]
-    make_point = _point_maker(rows)
+    make_point = point_maker(rows)
     return [make_point(1 << e).key_text() for e in range(4, 21)]
 
 

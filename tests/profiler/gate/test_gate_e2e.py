@@ -5,6 +5,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from attnprof.profiler.gate import run_gate
 from attnprof.profiler.runner.sweep import SweepSettings, run_sweep
 from attnprof.scenarios.scenario import Scenario
@@ -45,6 +47,7 @@ def sweep(tmp_path, name, fat):
     return tmp_path / f"run-{name}"
 
 
+@pytest.mark.slow
 def test_gate_fails_when_a_variant_keeps_an_extra_copy_of_its_scores(tmp_path):
     lean = sweep(tmp_path, "lean", fat=False)
     baseline = tmp_path / "baseline.json"
@@ -61,6 +64,7 @@ def test_gate_fails_when_a_variant_keeps_an_extra_copy_of_its_scores(tmp_path):
     assert regressed and not any(line.lstrip().startswith("sdpa") for line in regressed)
 
 
+@pytest.mark.slow
 def test_gate_cli_exit_codes_on_a_real_run(tmp_path):
     lean = sweep(tmp_path, "lean", fat=False)
     baseline = tmp_path / "b.json"

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from attnprof.profiler.gate import GateError, compare, update_baseline
-from attnprof.profiler.gate.checks import record_problem
 from attnprof.profiler.gate.verdict import Tolerance
 
 from test_gate import LSH, assert_error, gate, make_run
@@ -214,21 +213,13 @@ def test_an_unhashable_scenario_field_is_not_a_crash(tmp_path, baseline):
     assert code == 2 and "dtype" in text
 
 
-@pytest.mark.parametrize("value, problem", [
-    ([1], "is list, not a JSON object"), ({"variant": "x", "status": "ok"}, "lacks field mode"),
-    ({"variant": 1}, "variant must be a string"), ({"variant": "x", "mode": "plain", "seq_len": True},
-                                                  "seq_len must be a positive integer"),
-])
-def test_record_problem_names_the_first_problem(value, problem):
-    assert problem in record_problem(value, ("variant", "mode", "seq_len", "status"))
-
-
 # --- the command line -----------------------------------------------------------------------
 def cli(*args, cwd=None):
     return subprocess.run([sys.executable, "-m", "attnprof", "gate", *map(str, args)], capture_output=True,
                           text=True, cwd=cwd, timeout=120)
 
 
+@pytest.mark.slow
 def test_cli_errors_are_one_line_and_exit_2(tmp_path, baseline, run):
     deep = make_run(tmp_path / "deep")
     (deep / "results.jsonl").write_text(DEEP + "\n")

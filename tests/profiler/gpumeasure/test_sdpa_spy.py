@@ -43,9 +43,9 @@ def test_a_cuda_memory_pass_records_the_kernel_it_saw(monkeypatch):
     monkeypatch.setattr("attnprof.profiler.gpumeasure.allocator_pass.cuda_memory_pass", lambda step, device: step() or {})
     point = Point("sdpa", "plain", "model", Shape(batch=1, seq_len=64, d_model=32, heads=2, layers=1))
     record = PointRecord.for_point(point)
-    worker._cuda_memory_pass(point, record, "cpu")
+    worker.record_cuda_memory(point, record, "cpu")
     assert record.gpu_sdpa_backend_measured == "flash" and record.measured_by == "cuda-allocator"
     full = Point("full", "plain", "model", point.shape)
     record = PointRecord.for_point(full)
-    worker._cuda_memory_pass(full, record, "cpu")
+    worker.record_cuda_memory(full, record, "cpu")
     assert record.gpu_sdpa_backend_measured == ""

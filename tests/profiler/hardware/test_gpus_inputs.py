@@ -86,6 +86,7 @@ def test_keys_are_case_folded_and_unique_in_a_file(tmp_path):
     assert "case-insensitive" in one_error_line(attnprof("gpus", "--gpu-file", str(path)))
 
 
+@pytest.mark.slow
 def test_an_entry_over_a_builtin_key_says_so_wherever_it_is_printed(tmp_path):
     path = tmp_path / "fake-h100.toml"
     path.write_text(GOOD.replace("my-card", "H100-SXM").replace("17_179_869_184", "1_073_741_824"))

@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 CODE = r"""
 import sys
 import torch
@@ -31,6 +33,7 @@ print("still predicts")
 """
 
 
+@pytest.mark.slow
 def test_predictions_do_not_import_dynamo_and_it_still_imports_after(tmp_path):
     out = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True, check=True,
                          env={**os.environ, "ATTNPROF_CACHE_DIR": str(tmp_path)}).stdout.splitlines()

@@ -20,11 +20,12 @@ POINT = Point("lsh[bucket_size=16]", "checkpoint", "model", Shape(batch=1, seq_l
 
 @pytest.fixture(autouse=True)
 def fresh_verdict(monkeypatch):
-    monkeypatch.setattr(QuickFakeTensorMode, "_quick_keys", {})
     monkeypatch.setattr(FakeTensorMode, "cache", {})
+    memo = QuickFakeTensorMode.swap_memo({})
     internals.reset_for_tests()
     yield
     internals.reset_for_tests()
+    QuickFakeTensorMode.swap_memo(memo)
 
 
 def figures(acc) -> tuple:
@@ -75,7 +76,7 @@ def test_a_changed_view_internal_is_caught(monkeypatch, capsys):
 def test_a_changed_key_internal_is_caught(monkeypatch, capsys):
     """A torch whose key holds a field the quick key does not read (simulated by a quick key
     without strides): the memo hands a transposed copy the contiguous one's layout."""
-    original = QuickFakeTensorMode._flatten
+    original = QuickFakeTensorMode.flatten
 
     def without_strides(self, out, value):
         if type(value).__name__ == "FakeTensor":
@@ -83,7 +84,7 @@ def test_a_changed_key_internal_is_caught(monkeypatch, capsys):
             return
         original(self, out, value)
 
-    monkeypatch.setattr(QuickFakeTensorMode, "_flatten", without_strides)
+    monkeypatch.setattr(QuickFakeTensorMode, "flatten", without_strides)
     assert "different tensors" in _steps_aside(capsys)
 
 
@@ -91,5 +92,5 @@ def test_an_internal_that_raises_is_one_that_differs(monkeypatch, capsys):
     def broken(*args, **kwargs):
         raise AttributeError("torch moved it")
 
-    monkeypatch.setattr(internals, "_tiny_trace", broken)
+    monkeypatch.setattr(internals, "tiny_trace", broken)
     assert "torch moved it" in _steps_aside(capsys)

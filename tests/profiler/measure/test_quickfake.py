@@ -26,8 +26,10 @@ def recorded(point: Point) -> tuple:
 
 @pytest.fixture
 def fresh_memo(monkeypatch):
-    monkeypatch.setattr(QuickFakeTensorMode, "_quick_keys", {})
     monkeypatch.setattr(FakeTensorMode, "cache", {})  # torch's dispatch cache: what a test puts in stays here
+    memo = QuickFakeTensorMode.swap_memo({})
+    yield
+    QuickFakeTensorMode.swap_memo(memo)
 
 
 @pytest.mark.parametrize("point", POINTS, ids=lambda p: f"{p.variant}-{p.mode}")
@@ -42,13 +44,13 @@ def test_the_memo_answers_repeated_ops(fresh_memo):
     before = QuickFakeTensorMode.quick_hits
     trace_point(POINTS[0], marks=True)
     assert QuickFakeTensorMode.quick_hits > before
-    assert QuickFakeTensorMode._quick_keys
+    assert QuickFakeTensorMode.memo_size() > 0
 
 
 def test_mutation_a_quick_key_without_strides_is_caught(monkeypatch, fresh_memo):
     """Two clones of an 8x8 tensor, one transposed: the same quick key if strides were left
     out, so the second clone would get the first one's layout."""
-    original = QuickFakeTensorMode._flatten
+    original = QuickFakeTensorMode.flatten
 
     def without_strides(self, out, value):
         if type(value).__name__ == "FakeTensor":
@@ -62,14 +64,14 @@ def test_mutation_a_quick_key_without_strides_is_caught(monkeypatch, fresh_memo)
             return x.clone().stride(), x.t().clone().stride()
 
     assert layouts() == ((8, 1), (1, 8))
-    monkeypatch.setattr(QuickFakeTensorMode, "_quick_keys", {})
-    monkeypatch.setattr(QuickFakeTensorMode, "_flatten", without_strides)
+    QuickFakeTensorMode.swap_memo({})
+    monkeypatch.setattr(QuickFakeTensorMode, "flatten", without_strides)
     assert layouts() != ((8, 1), (1, 8))
 
 
 def test_another_torch_gets_plain_fake_tensor_mode(monkeypatch):
     monkeypatch.setattr(FakeTensorMode, "_cache_key", lambda self, state, op, arguments, kw: None)
-    assert not quickfake._supported()
+    assert not quickfake.torch_key_supported()
 
 
 # --- views through ATen's meta view -------------------------------------------------------------
@@ -91,7 +93,7 @@ def _views(mode_cls, op=torch.ops.aten.view.default) -> list:
     """Each case's view, computed afresh: torch's dispatch cache (shared by every mode) and
     the quick keys emptied first, so neither mode reads what the other one computed."""
     FakeTensorMode.cache.clear()
-    QuickFakeTensorMode._quick_keys.clear()
+    QuickFakeTensorMode.swap_memo({})
     out = []
     with mode_cls():
         x = torch.empty(2, 6, 4, 8)
@@ -129,6 +131,6 @@ def test_mutation_a_quick_view_without_the_storage_offset_is_caught(monkeypatch,
 
     original = quickfake.quick_view
     assert _views(QuickFakeTensorMode) == _views(FakeTensorMode)
-    monkeypatch.setattr(QuickFakeTensorMode, "_quick_keys", {})
+    QuickFakeTensorMode.swap_memo({})
     monkeypatch.setattr(quickfake, "quick_view", at_offset_zero)
     assert _views(QuickFakeTensorMode) != _views(FakeTensorMode)

@@ -182,6 +182,7 @@ def test_a_plug_in_is_keyed_by_its_files_content(tmp_path, monkeypatch):
     sys.modules.pop("my_attention_plugin", None)
 
 
+@pytest.mark.slow
 def test_the_cli_repeats_a_prediction_from_the_cache_and_no_cache_bypasses_it(prediction_cache_dir):
     import subprocess
 

@@ -88,6 +88,7 @@ def test_the_labels_cover_every_built_in_variant():
     assert {n for n in variant_names() if ":" not in n} <= {label.split("[")[0] for label in LABELS}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("label", LABELS)
 @pytest.mark.parametrize("mode", MODES)
 def test_every_variant_and_mode_composes_to_the_byte(label, mode):

@@ -49,7 +49,7 @@ def test_the_gpu_search_finds_the_exact_boundary_of_a_synthetic_model(monkeypatc
         return GpuPrediction(g.key, "", "", n, n, n, 0, total, True, g.memory_bytes, n)
 
     monkeypatch.setattr(gpu_points, "predict_gpu", model)
-    monkeypatch.setattr(gpu_points, "_pool_map", lambda fn, jobs: [fn(j) for j in jobs])
+    monkeypatch.setattr(gpu_points, "spread", lambda fn, jobs: [fn(j) for j in jobs])
     used = _counting(monkeypatch, gpu_points)
     rows = gpu_points.gpu_longest_fitting(SCENARIO, [gpu], None, start=16, limit=1 << 16)
     assert [r["longest_fitting_seq_len"] for r in rows] == [boundary] and used == [13]

@@ -195,7 +195,7 @@ def test_a_peak_that_is_not_monotone_in_length_is_reported():
     whether they bear that out, and the table says where they do not."""
     from attnprof.profiler.predict import points as runner
 
-    series = runner._Series(_budget_scenario("sdpa"), Point("sdpa", "none", "attention", Shape(seq_len=256)))
+    series = runner.Series(_budget_scenario("sdpa"), Point("sdpa", "none", "attention", Shape(seq_len=256)))
     for n, peak in [(512, 10), (1024, 30), (2048, 20), (4096, 40)]:
         series.records[n] = {"status": "ok", "predicted_peak_bytes": peak}
     monotone, note = series.monotone()

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from attnprof.profiler.predict.pool import WorkerDied, _Board, run_chains
+from attnprof.profiler.predict.pool import Board, WorkerDied, run_chains
 
 PARENT = os.getpid()
 
@@ -107,7 +107,7 @@ def test_a_process_keeps_to_its_warm_keys_then_takes_the_highest_rank():
         return task
 
     tasks = [("lsh", 1024), ("full", 65536), ("lsh", 65536), ("full", 1024)]
-    board = _Board([one(t) for t in tasks], rank=lambda t: t[1], warm_key=lambda t: t)
+    board = Board([one(t) for t in tasks], rank=lambda t: t[1], warm_key=lambda t: t)
     warm = {("lsh", 1024)}
     assert board.take(warm)[1] == ("lsh", 1024)  # warm first, though its rank is lowest
     assert board.take(warm)[1] == ("full", 65536)  # then the highest rank (the first of equals)

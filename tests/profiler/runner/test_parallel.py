@@ -27,6 +27,7 @@ def by_key(run_dir) -> dict:
     return {(r["variant"], r["seq_len"]): r for r in read_records(run_dir)}
 
 
+@pytest.mark.slow
 def test_parallel_points_keep_the_exact_memory_and_the_series_order(tmp_path, capsys):
     """Two series at once; an OOM still skips its series' longer lengths; each record once."""
     run_sweep(TINY, tmp_path / "one", settings(), show_progress=False)

@@ -1,12 +1,11 @@
 """Sweep progress (a rich live bar on a terminal, one plain line per point elsewhere)
-and the end-of-sweep summary table."""
+and the end-of-sweep outcome line (the summary table: test_summary.py)."""
 
 import io
 
 from attnprof.profiler.records import Point, Shape
 from attnprof.profiler.runner import progress as progress_module
 from attnprof.profiler.runner.progress import Eta, Progress, clock
-from attnprof.profiler.runner.summary import grid, print_summary, summary_table, summary_text
 
 
 class Terminal(io.StringIO):
@@ -54,11 +53,11 @@ def test_on_a_terminal_a_live_bar_shows_the_running_point_and_keeps_finished_lin
     stream = Terminal()
     bar = Progress(2, stream=stream)
     bar.start(point(256, "sdpa"))
-    bar._live.bar.refresh()
+    bar.refresh()
     assert "running sdpa plain n=256" in stream.getvalue() and "0/2" in stream.getvalue()
     bar.finish(point(256, "sdpa"), record(256, variant="sdpa"))
     bar.start(point(512, "sdpa"))
-    bar._live.bar.refresh()
+    bar.refresh()
     assert "1/2" in stream.getvalue() and "ETA ~" in stream.getvalue()
     bar.finish(point(512, "sdpa"), record(512, variant="sdpa"))
     bar.close()
@@ -87,54 +86,15 @@ def test_eta_is_the_mean_time_per_point_of_this_run_counting_down(monkeypatch):
     assert clock(3725) == "1h02m" and clock(65) == "1m05s"
 
 
-def test_the_summary_has_one_row_per_variant_and_mode_and_the_last_record_wins():
-    records = [record(256), record(512), record(512, status="oom"), record(256, variant="sdpa", mode="checkpoint")]
-    lengths, rows = grid(records)
-    assert lengths == [256, 512]
-    assert rows == [("lsh[n_hashes=8]", "plain", {256: "3.00 MiB 32ms", 512: "oom"}),
-                    ("sdpa", "checkpoint", {256: "3.00 MiB 32ms"})]
-    text = summary_text(records)
-    assert "peak tensor memory and fwd+bwd time" in text and "oom" in text
-    assert summary_table(records) == text
-
-
-def test_the_rich_summary_is_never_wrapped_off_a_terminal():
-    records = [record(n, variant=v, mode=m) for v in ("lsh[n_hashes=8]", "sparse_strided") for m in
-               ("plain", "checkpoint", "reversible") for n in (256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)]
-    out = io.StringIO()
-    print_summary(records, file=out)
-    lines = out.getvalue().splitlines()
-    assert any("lsh[n_hashes=8]" in line for line in lines)  # a label's brackets are text, not markup
-    assert sum("reversible" in line for line in lines) == 2  # one line per row
-    assert "65536" in out.getvalue() and "\x1b" not in out.getvalue()
-    empty = io.StringIO()
-    print_summary([], file=empty)
-    assert empty.getvalue() == "(no points)\n"
-
-
-def test_on_a_narrow_terminal_a_cells_time_goes_under_its_memory(monkeypatch):
-    class Narrow(Terminal):
-        pass
-
-    monkeypatch.setenv("COLUMNS", "60")
-    records = [record(n, variant="sdpa") for n in (256, 512, 1024, 2048)]
-    out = Narrow()
-    print_summary(records, file=out)
-    text = out.getvalue()
-    assert "3.00 MiB" in text and "32ms" in text
-    assert not any("3.00 MiB 32ms" in line for line in text.splitlines())
-
-
-
 def test_the_outcome_line_prints_no_ratio_over_zero_time(capsys):
     """A crashed point or an interrupted sweep spends ~0 s inside points: no 'x39303932010.00'."""
     from types import SimpleNamespace
 
-    from attnprof.cli import _print_outcome
+    from attnprof.cli import print_outcome
 
     def printed(compute_s, timed_s):
         summary = SimpleNamespace(wall_s=39.3, records=[], kept=0, compute_s=compute_s, timed_s=timed_s)
-        _print_outcome(SimpleNamespace(summary=summary, records=lambda: [], capacity_s=0.0))
+        print_outcome(SimpleNamespace(summary=summary, records=lambda: [], capacity_s=0.0))
         return capsys.readouterr().out.splitlines()[-1]
 
     for compute_s, timed_s in ((0.0, 0.0), (1e-9, 0.0), (0.0, 1e-9)):

@@ -137,13 +137,3 @@ def test_lengths_beyond_int64_are_a_plan_error():
     with pytest.raises(PlanError, match="beyond what torch can address") as info:
         check_addressable(Shape(seq_len=1 << 31, d_model=32, heads=2))
     assert "\n" not in str(info.value)
-
-
-def test_a_record_without_a_status_is_refused_not_read_as_ok():
-    from attnprof.profiler.runner.schema import check_record
-
-    good = PointRecord(variant="sdpa", mode="plain", scope="model", seq_len=64, batch=1, d_model=32, heads=2,
-                       head_dim=16, layers=1, dtype="float32").to_row()
-    assert check_record(good)[0]["status"] == "ok"
-    record, problem = check_record({k: v for k, v in good.items() if k != "status"})
-    assert record is None and problem == "missing field status"

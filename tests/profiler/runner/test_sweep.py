@@ -65,6 +65,7 @@ def test_a_dying_point_becomes_a_status_and_the_sweep_goes_on(tmp_path, action, 
         assert after["status"] == "ok"
 
 
+@pytest.mark.slow
 def test_a_hang_times_out_and_longer_lengths_are_skipped(tmp_path):
     run_sweep(TINY, tmp_path, settings(test_hook="full@64=hang", point_timeout_s=3.0), show_progress=False)
     records = by_key(tmp_path)
@@ -90,6 +91,7 @@ def test_time_extrapolation():
     assert extrapolate_s([(64, 1.0), (128, 1.0)], 256) == pytest.approx(2.0)  # slope clamped to >= 1
 
 
+@pytest.mark.slow
 def test_interrupt_then_resume_loses_nothing_and_duplicates_nothing(tmp_path):
     seen = []
 

@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from attnprof.profiler.gate import run_gate
 from attnprof.profiler.runner.storage import load_run
 from attnprof.profiler.runner.sweep import SweepSettings, run_sweep
@@ -11,6 +13,7 @@ from attnprof.scenarios.scenario import Scenario
 LABELS = ["lsh[n_hashes=1]", "lsh[n_hashes=4,bucket_size=32]", "sparse_fixed[summary=4,combine=multihead]"]
 
 
+@pytest.mark.slow
 def test_labels_round_trip(tmp_path):
     sc = Scenario(name="labels", variants=tuple(LABELS), modes=("plain",), seq_lens=(256,), d_model=32, heads=4,
                   layers=1, repeats=1, warmup=0)

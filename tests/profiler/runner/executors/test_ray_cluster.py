@@ -120,13 +120,13 @@ def test_a_killed_worker_is_crashed_and_the_rest_finish(cluster, tmp_path):
 
 
 def test_a_hang_is_cancelled_at_the_point_timeout_and_longer_lengths_are_skipped(cluster, tmp_path):
-    started = time.monotonic()
+    # The hook sleeps for an hour: the sweep returns only because the hung point was cancelled.
     run_sweep(TINY.override(variants=("sdpa",), max_len=128), tmp_path,
               settings(test_hook="sdpa@64=hang", point_timeout_s=4.0), show_progress=False)
-    assert time.monotonic() - started < 60
     records = by_key(tmp_path)
     hung = records[("sdpa", "plain", 64)]
     assert hung["status"] == "timeout" and "--point-timeout 4" in hung["reason"] and hung["worker_pid"]
+    assert gone(hung["worker_pid"]), "the hung Ray worker was abandoned, not killed"
     after = records[("sdpa", "plain", 128)]
     assert after["status"] == "skipped" and "timed out at n=64" in after["reason"]
 
@@ -181,14 +181,14 @@ def cli_env(ray_tmp: str = "", hook: str = "") -> dict:
 
 
 def test_an_unreachable_head_node_is_one_line_and_exit_2(tmp_path):
-    started = time.monotonic()
     done = subprocess.run(CLI + ["--max-len", "64", "--out", str(tmp_path / "run"), "--ray-address", "127.0.0.1:1"],
                           capture_output=True, text=True, timeout=120, env=cli_env())
-    took = time.monotonic() - started
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert done.returncode == 2, done.stderr
     assert len(errors) == 1 and "127.0.0.1:1" in errors[0] and "Traceback" not in done.stderr, done.stderr
-    assert took < 60, f"took {took:.0f} s"
+    # refused by the TCP probe, before ray.init was ever tried (which would wait for the address)
+    assert "cannot reach the Ray cluster" in errors[0], errors[0]
+    assert not (tmp_path / "run").exists()
 
 
 def test_sigterm_on_the_cli_cancels_keeps_finished_points_stops_its_cluster_and_resume_completes(tmp_path):
@@ -207,16 +207,13 @@ def test_sigterm_on_the_cli_cancels_keeps_finished_points_stops_its_cluster_and_
         time.sleep(3)  # the n=128 point is running (hanging) by now
         family = psutil.Process(proc.pid).children(recursive=True)
         assert any("attnprof-point" in " ".join(p.cmdline()) for p in family if alive([p]))
-        sent = time.monotonic()
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
-        took = time.monotonic() - sent
+        _, err = proc.communicate(timeout=60)  # the point hangs for an hour: an exit means it was cancelled
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
     assert proc.returncode == 128 + signal.SIGTERM, err
-    assert took < 15, f"took {took:.1f} s"
     assert "Traceback" not in err and "--resume" in err
     assert [r["seq_len"] for r in read_records(out)] == [64]
     deadline = time.monotonic() + 30
@@ -230,6 +227,19 @@ def test_sigterm_on_the_cli_cancels_keeps_finished_points_stops_its_cluster_and_
     assert done.returncode == 0, done.stderr
     keys = [key_of_record(r) for r in read_records(out)]
     assert len(keys) == len(set(keys)) == 3
+
+
+def gone(pid: int, wait_s: float = 30.0) -> bool:
+    """Whether process ``pid`` has exited (or is a zombie), waiting up to ``wait_s`` for it."""
+    try:
+        proc = psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return True
+    try:
+        proc.wait(timeout=wait_s)
+    except psutil.TimeoutExpired:
+        pass
+    return not alive([proc])
 
 
 def alive(processes: list[psutil.Process]) -> list[str]:

@@ -1,0 +1,41 @@
+"""The schema of one results.jsonl line (profiler/runner/schema.py): a line becomes a
+record with every PointRecord field, or a one-phrase reason why not. (Hostile files
+read through the run folder: test_storage.py.)"""
+
+from __future__ import annotations
+
+from attnprof.profiler.records import PointRecord
+from attnprof.profiler.runner.schema import MAX_LINE_BYTES, check_record, parse_line
+
+
+def good() -> dict:
+    return PointRecord(variant="sdpa", mode="plain", scope="model", seq_len=64, batch=1, d_model=32, heads=2,
+                       head_dim=16, layers=1, dtype="float32").to_row()
+
+
+def test_an_older_record_gets_the_defaults_and_unknown_keys_are_dropped():
+    old = {k: v for k, v in good().items() if k not in ("gpu_note", "cudnn_version", "ff_chunks")}
+    record, problem = check_record({**old, "from_the_future": 1})
+    assert problem is None and record == good()
+
+
+def test_a_line_is_utf8_json_of_a_record_within_its_length():
+    assert parse_line(b'{"variant": "sdpa"}') == (None, "missing field mode")
+    assert parse_line(b"\xff")[1] == "not UTF-8 text (binary data)"
+    assert parse_line(b"{")[1].startswith("not valid JSON (")
+    assert parse_line(b" " * (MAX_LINE_BYTES + 1))[1].endswith("too long for a record")
+    assert parse_line(b"[]") == (None, "a list where a record (an object) belongs")
+
+
+def test_a_negative_or_infinite_predicted_time_is_refused():
+    for bad in (-1.0, float("inf")):
+        record, problem = check_record({**good(), "predicted_time_fwd_ms": bad})
+        assert record is None and problem.startswith("predicted_time_fwd_ms ") and "finite number >= 0" in problem
+
+
+def test_a_record_without_a_status_is_refused_not_read_as_ok():
+    good = PointRecord(variant="sdpa", mode="plain", scope="model", seq_len=64, batch=1, d_model=32, heads=2,
+                       head_dim=16, layers=1, dtype="float32").to_row()
+    assert check_record(good)[0]["status"] == "ok"
+    record, problem = check_record({k: v for k, v in good.items() if k != "status"})
+    assert record is None and problem == "missing field status"

@@ -1,0 +1,80 @@
+"""The child side of a sweep (profiler/runner/worker.py), run in this process: one point
+measured into its record (predicted and measured peak, the timing pass), a point over
+the memory limit skipped before it runs, any failure a status with a one-line reason,
+and the record sent down the result pipe. (In forked workers, killed, hung and raced:
+test_sweep.py, test_reliability.py.)"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+
+import pytest
+import torch
+
+from attnprof.profiler.records import Point, PointRecord, Shape
+from attnprof.profiler.runner.worker import child_main, is_oom, measure_point, memory_limit, one_line
+
+POINT = Point("sdpa", "plain", "model", Shape(seq_len=64, d_model=32, heads=2, layers=1))
+
+
+def settings(**kw) -> dict:
+    return {"device": "cpu", "warmup": 0, "repeats": 2, "test_hook": "", **kw}
+
+
+def test_a_point_is_predicted_measured_and_timed():
+    record = measure_point(POINT, settings(repeats=3))
+    assert record.status == "ok", record.reason
+    assert record.measured_peak_bytes == record.predicted_peak_bytes > 0
+    assert record.measured_by == "tensor-tracker" and record.rss_peak_bytes >= record.rss_baseline_bytes > 0
+    assert record.repeats == 3 and len(record.time_fwd_samples_ms) == len(record.time_bwd_samples_ms) == 3
+    assert record.time_fwd_ms > 0 and record.time_bwd_ms > 0 and record.tokens_per_s > 0
+    assert record.flops_fwd > 0 and record.achieved_flops_per_s > 0
+    assert record.worker_pid == os.getpid() and record.host and record.finished_at and record.point_wall_s > 0
+
+
+def test_a_forward_only_point_times_no_backward():
+    record = measure_point(Point("sdpa", "plain", "model", POINT.shape, forward_only=True), settings())
+    assert record.status == "ok", record.reason
+    assert record.time_bwd_samples_ms == [] and record.time_bwd_ms is None and record.time_fwd_ms > 0
+    assert record.achieved_flops_per_s == pytest.approx(record.flops_fwd / (record.time_fwd_ms / 1e3))
+
+
+def test_a_point_predicted_over_the_memory_limit_is_skipped_before_it_runs():
+    record = measure_point(POINT, settings(mem_limit_bytes=1024, test_hook="sdpa=oom"))  # the hook never fires
+    assert record.status == "skipped" and "exceeds the memory limit 1.00 KiB" in record.reason
+    assert record.predicted_peak_bytes > 1024 and record.measured_peak_bytes is None and record.time_fwd_ms is None
+
+
+def test_a_failure_inside_a_point_is_its_status_with_a_one_line_reason():
+    record = measure_point(POINT, settings(test_hook="sdpa@64=oom"))
+    assert record.status == "oom" and record.reason == "MemoryError: simulated out of memory"
+    assert record.predicted_peak_bytes > 0 and record.point_wall_s is not None
+    broken = measure_point(Point("no_such_variant", "plain", "model", POINT.shape), settings())
+    assert broken.status == "error" and "\n" not in broken.reason and broken.reason
+
+
+def test_out_of_memory_is_recognised_by_type_and_by_message():
+    assert is_oom(MemoryError()) and is_oom(torch.OutOfMemoryError("CUDA out of memory"))
+    assert is_oom(RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 TB"))
+    assert is_oom(RuntimeError("Failed to allocate 12 bytes")) and not is_oom(RuntimeError("shape mismatch"))
+
+
+def test_a_reason_is_one_line_named_by_the_exception_and_cut():
+    assert one_line(ValueError("a\n  b\tc")) == "ValueError: a b c"
+    assert len(one_line(RuntimeError("x" * 1000))) == len("RuntimeError: ") + 300
+
+
+def test_the_memory_limit_is_the_given_one_or_else_none_on_cpu():
+    assert memory_limit({"device": "cpu", "mem_limit_bytes": 123}) == 123
+    assert memory_limit({"device": "cpu"}) is None
+
+
+def test_the_record_goes_down_the_result_pipe_as_its_row():
+    reader, writer = mp.Pipe(duplex=False)
+    fd = os.dup(writer.fileno())
+    writer.close()
+    child_main(fd, POINT, settings(repeats=1))
+    row = reader.recv()
+    reader.close()
+    assert PointRecord.from_dict(row).status == "ok" and row["seq_len"] == 64 and row["worker_pid"] == os.getpid()
