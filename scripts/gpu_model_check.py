@@ -7,7 +7,7 @@ context alone as NVML sees it (``nvml_context_bytes``), then the point's step wi
 sweep's own memory pass (``profiler/gpumeasure/allocator_pass.cuda_memory_pass``: allocator
 allocated and reserved peaks, NVML process peak), then the SDPA backend torch actually picked (the
 grad_fn of a probe call with the same head_dim and dtype). The parent predicts the same
-points with the GPU memory model (``attnprof.profiler.gpu``; fake tensors, on the CPU)
+points with the GPU memory model (``attnprof.profiler.memmodel``; fake tensors, on the CPU)
 and writes ``OUT/gpu-model.csv`` (and, with ``--doc``, the Markdown table). Needs a CUDA
 GPU, except with ``--dry-run`` (model only); about two minutes (``--point-timeout`` each).
 """

@@ -264,3 +264,15 @@ def test_a_source_file_above_400_lines_says_why_its_size_is_earned():
             if "over 400 lines because" not in " ".join(doc.split()):
                 unexplained.append(f"{path.relative_to(ROOT)}: {text.count(chr(10))} lines")
     assert unexplained == []
+
+
+def test_pyproject_installs_every_package_and_nothing_else():
+    """A package folder missing from pyproject's list is missing from an install (the
+    editable one too); a listed one that is gone fails the install."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"])
+    folders = {("attnprof." + ".".join(p.parent.relative_to(ROOT).parts)).rstrip(".")
+               for p in ROOT.rglob("__init__.py")
+               if not NOT_PACKAGE & set(p.relative_to(ROOT).parts) and not p.relative_to(ROOT).parts[0].startswith(".")}
+    assert listed == folders

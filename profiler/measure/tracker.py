@@ -10,7 +10,7 @@ Under fake tensors, enter this mode *inside* the FakeTensorMode (../shared/NOTES
 
 ``MemoryTracker(trace=True)`` also keeps the exact ordered event sequence (``trace``):
 every storage allocated (bytes, creating op) and freed, every op dispatched, and markers
-(``mark("backward")``). The GPU memory model (``attnprof.profiler.gpu``) replays it
+(``mark("backward")``). The GPU memory model (``attnprof.profiler.memmodel``) replays it
 through a simulation of the CUDA caching allocator. Off by default; when off it costs
 one ``is None`` test per op and per storage.
 """
