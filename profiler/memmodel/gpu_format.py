@@ -4,13 +4,7 @@ or per series x GPU for a budget search; every figure labelled a model."""
 from __future__ import annotations
 
 from attnprof.profiler.memmodel.gpu_peak import MODEL_LABEL
-from attnprof.profiler.units import printable
-
-
-def _table(head: list, rows: list) -> list[str]:
-    rows = [[printable(c) for c in r] for r in rows]  # labels and GPU names: control characters spelled out
-    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
-    return ["  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip() for r in [head, *rows]]
+from attnprof.profiler.units import printable, text_table
 
 
 def format_gpu_table(records: list[dict]) -> str:
@@ -32,7 +26,7 @@ def format_gpu_table(records: list[dict]) -> str:
                      *_time_cells(r)])
     notes = dict.fromkeys(f"{r['gpu']}: {r['gpu_note']}" for r in records if r.get("gpu_note"))
     return "\n".join([MODEL_LABEL + "; total = CUDA context + reserved (what NVML would show); " + TIME_LABEL,
-                      *_table(head, rows), *(printable(f"model note: {n}") for n in notes)])
+                      *text_table(head, rows), *(printable(f"model note: {n}") for n in notes)])
 
 
 TIME_LABEL = "fwd/bwd/tokens/s: step-time MODEL (roofline per op, profiler/timemodel)"
@@ -58,4 +52,4 @@ def format_gpu_budget_table(rows: list[dict]) -> str:
               fmt_ms(step_time_ms(r.get("gpu_time_fwd_ms"), r.get("gpu_time_bwd_ms")), "-"),
               r.get("gpu_sdpa_backend") or "-", r["limited_by"]] for r in rows]
     return "\n".join([f"longest power-of-two length whose modelled GPU total fits ({MODEL_LABEL}); "
-                      f"step_there: fwd + bwd there, {TIME_LABEL}", *_table(head, lines)])
+                      f"step_there: fwd + bwd there, {TIME_LABEL}", *text_table(head, lines)])
