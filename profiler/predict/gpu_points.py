@@ -7,6 +7,7 @@ GPU is profiler/memmodel/gpu_peak.py, plus its step time here (``predict_gpu``).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Optional
 
 from attnprof.profiler.hardware.gpus import GpuSpec
