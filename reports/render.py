@@ -16,7 +16,7 @@ from attnprof.reports.data import ReportError, Run, devices, load, multi_device,
 from attnprof.reports.diff import compare, diff_table
 from attnprof.reports.render_cache import CHARTS
 from attnprof.reports.scaling import slopes
-from attnprof.profiler.units import GIB, fmt_bytes
+from attnprof.profiler.units import GIB, REPORT_SECONDS, fmt_bytes
 
 __all__ = ["ReportError", "render_report"]
 
@@ -25,7 +25,7 @@ FINISH_RESERVE_S = 1.0
 
 
 def render_report(run_dir: Path, output: Path | None = None, baseline: Path | None = None, *,
-                  seconds: float, gpus: list | None = None, warn: Callable[[str], None] | None = None) -> Path:
+                  seconds: float = REPORT_SECONDS, gpus: list | None = None, warn: Callable[[str], None] | None = None) -> Path:
     """Write the report of ``run_dir`` (default ``RUN_DIR/report.html``) and its PNGs beside
     it (``<stem>-memory.png``, ...); return the HTML path. ``seconds`` is a soft target for
     the whole render: predict() calls for the capacity chart get what is left of it (one
