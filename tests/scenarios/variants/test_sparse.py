@@ -14,6 +14,8 @@ from attnprof.scenarios.variants.sparse import FixedSparseAttention, StridedSpar
 from attnprof.scenarios.variants.sparse_patterns import default_stride, fixed_sets, strided_sets
 from attnprof.scenarios.variants.registry import get_variant, parse_variant
 
+from helpers_dense import check_causal_never_looks_ahead
+
 VARIANTS = {"sparse_strided": StridedSparseAttention, "sparse_fixed": FixedSparseAttention}
 # (combine, layer_index): interleaved uses A¹ in even layers and A² in odd ones.
 COMBINES = [("merged", 0), ("multihead", 0), ("interleaved", 0), ("interleaved", 1), ("interleaved", 2)]
@@ -133,6 +135,12 @@ def test_causal_never_looks_ahead(name, combine, layer_index, causal):
     with torch.no_grad():
         y, y2 = module(x), module(x2)
     assert torch.allclose(y[:, : t + 1], y2[:, : t + 1], rtol=0, atol=1e-12) is causal
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_causal_by_default_never_looks_ahead_as_the_dense_variants(name):
+    """The check full, sdpa and talking_heads pass (helpers_dense.py), at the default options."""
+    check_causal_never_looks_ahead(name)
 
 
 # --- 4. bad options and shapes ----------------------------------------------------------------
