@@ -74,7 +74,6 @@ UNMIRRORED = {
     "reports/charts.py": "tests/reports/test_render.py, test_time_accuracy.py",
     "reports/data.py": "tests/reports/test_hostile_inputs.py, test_shapes_of_runs.py and most of tests/reports",
     "reports/tables.py": "tests/reports/test_render.py",
-    "scenarios/variants/sparse_patterns.py": "tests/scenarios/variants/test_sparse.py",
 }
 
 
