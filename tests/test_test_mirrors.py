@@ -59,7 +59,6 @@ UNMIRRORED = {
     "profiler/runner/gpu_types.py": "tests/profiler/runner/executors/test_ray_cluster.py, runner/test_sweep.py",
     "profiler/timemodel/fields.py": "tests/profiler/timemodel/test_sweep_times.py, predict/test_gpu_points.py",
     "profiler/timemodel/rates.py": "tests/profiler/timemodel/test_roofline.py, test_thin_gemm.py, test_calibrate_ops.py",
-    "profiler/timemodel/time_format.py": "tests/profiler/timemodel/test_cli_timemodel.py (through the CLI)",
     "reports/builtins.py": "tests/scenarios/variants/test_registry.py, reports/test_no_code_from_data.py",
     "reports/render_cache.py": "tests/reports/test_run_folder_safety.py, test_capacity.py",
     "scenarios/variants/base.py": "tests/scenarios/variants/test_registry.py and every variant's tests",
