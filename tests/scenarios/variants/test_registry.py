@@ -238,14 +238,6 @@ def test_a_spec_looks_its_class_up_once_and_pickles_without_it(monkeypatch):
     assert again == spec and again.cls is spec.cls and lookups == ["lsh", "lsh"]
 
 
-def test_the_builtin_names_are_one_list_for_the_catalog_the_registry_and_the_reports():
-    from attnprof.reports.builtins import builtin_names
-    from attnprof.scenarios.variants import catalog, registry
-
-    assert list(catalog.builtin_names()) == registry.builtin_variant_names()
-    assert builtin_names() == frozenset(catalog.builtin_names())
-
-
 def test_registry_lists_the_six_variants_with_papers():
     names = variant_names()
     for expected in ["full", "sdpa", "talking_heads", "lsh", "sparse_strided", "sparse_fixed"]:
