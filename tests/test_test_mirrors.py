@@ -56,7 +56,6 @@ PENDING: dict[str, str] = {}
 UNMIRRORED = {
     "cli_options.py": "tests/test_cli.py, tests/scenarios/test_fields.py (the flags built from the field table)",
     "profiler/forks.py": "tests/profiler/test_no_cuda_before_fork.py, test_no_survivors.py, predict/test_pool.py",
-    "profiler/runner/gpu_types.py": "tests/profiler/runner/executors/test_ray_cluster.py, runner/test_sweep.py",
     "reports/render_cache.py": "tests/reports/test_run_folder_safety.py, test_capacity.py",
     "scenarios/variants/base.py": "tests/scenarios/variants/test_registry.py and every variant's tests",
     "profiler/gate/baseline.py": "tests/profiler/gate/test_gate.py, test_markdown.py",
