@@ -61,7 +61,6 @@ UNMIRRORED = {
     "profiler/gate/baseline.py": "tests/profiler/gate/test_gate.py, test_markdown.py",
     "profiler/gate/compare.py": "tests/profiler/gate/test_gate.py, test_gate_hostile.py",
     "profiler/gate/format.py": "tests/profiler/test_units.py (the gate's number formats)",
-    "profiler/gate/snapshot.py": "tests/profiler/gate/test_gate_e2e.py (through `attnprof gate`)",
     "profiler/runner/executors/local.py": "tests/profiler/runner/test_parallel.py, tests/profiler/test_no_survivors.py",
     "profiler/runner/isolation.py": "tests/profiler/runner/test_reliability.py",
     "profiler/runner/preload.py": "tests/profiler/test_no_cuda_before_fork.py, measure/test_small_points.py",
