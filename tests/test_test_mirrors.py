@@ -56,7 +56,6 @@ PENDING: dict[str, str] = {}
 UNMIRRORED = {
     "cli_options.py": "tests/test_cli.py, tests/scenarios/test_fields.py (the flags built from the field table)",
     "profiler/forks.py": "tests/profiler/test_no_cuda_before_fork.py, test_no_survivors.py, predict/test_pool.py",
-    "reports/render_cache.py": "tests/reports/test_run_folder_safety.py, test_capacity.py",
     "profiler/runner/executors/local.py": "tests/profiler/runner/test_parallel.py, tests/profiler/test_no_survivors.py",
     "profiler/runner/isolation.py": "tests/profiler/runner/test_reliability.py",
     "profiler/runner/preload.py": "tests/profiler/test_no_cuda_before_fork.py, measure/test_small_points.py",
