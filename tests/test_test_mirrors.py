@@ -57,7 +57,6 @@ UNMIRRORED = {
     "profiler/runner/executors/local.py": "tests/profiler/runner/test_parallel.py, tests/profiler/test_no_survivors.py",
     "profiler/runner/isolation.py": "tests/profiler/runner/test_reliability.py",
     "profiler/runner/preload.py": "tests/profiler/test_no_cuda_before_fork.py, measure/test_small_points.py",
-    "reports/data.py": "tests/reports/test_hostile_inputs.py, test_shapes_of_runs.py and most of tests/reports",
 }
 
 
