@@ -54,7 +54,6 @@ PENDING: dict[str, str] = {}
 # (or that are tested only through their callers). Moving those tests into a test_<module>
 # file, or writing one, removes the entry.
 UNMIRRORED = {
-    "profiler/runner/executors/local.py": "tests/profiler/runner/test_parallel.py, tests/profiler/test_no_survivors.py",
     "profiler/runner/isolation.py": "tests/profiler/runner/test_reliability.py",
     "profiler/runner/preload.py": "tests/profiler/test_no_cuda_before_fork.py, measure/test_small_points.py",
 }
