@@ -55,7 +55,6 @@ PENDING: dict[str, str] = {}
 # file, or writing one, removes the entry.
 UNMIRRORED = {
     "profiler/runner/isolation.py": "tests/profiler/runner/test_reliability.py",
-    "profiler/runner/preload.py": "tests/profiler/test_no_cuda_before_fork.py, measure/test_small_points.py",
 }
 
 
