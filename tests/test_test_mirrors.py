@@ -54,7 +54,6 @@ PENDING: dict[str, str] = {}
 # (or that are tested only through their callers). Moving those tests into a test_<module>
 # file, or writing one, removes the entry.
 UNMIRRORED = {
-    "profiler/runner/isolation.py": "tests/profiler/runner/test_reliability.py",
 }
 
 
