@@ -1,15 +1,15 @@
-"""What the GPU allocates differently: SDPA backend choice and substitution, cuBLAS workspaces."""
+"""What the GPU allocates differently: SDPA kernel substitution, cuBLAS workspaces (the
+backend choice: test_sdpa_choice.py)."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from attnprof.errors import UserError
 from attnprof.profiler.memmodel.gpu_peak import replay
 from attnprof.profiler.hardware.gpus import get_gpu
 from attnprof.profiler.memmodel.caching_allocator import CachingAllocator
-from attnprof.profiler.memmodel.sdpa_choice import BACKEND_ENV, choose_sdpa_backend
+from attnprof.profiler.memmodel.sdpa_choice import BACKEND_ENV
 from attnprof.profiler.memmodel.sdpa_kernels import (ALIAS, ALLOC, FREE, OP, TIE, cublas_workspace_bytes, flash_num_splits,
                                                      substitute)
 from attnprof.profiler.measure.tracker import MemoryTracker
@@ -20,34 +20,6 @@ def default_backend_choice(monkeypatch):
     monkeypatch.delenv(BACKEND_ENV, raising=False)
     monkeypatch.delenv("TORCH_CUDNN_SDPA_DEPRIORITIZED", raising=False)
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
-
-
-@pytest.mark.parametrize("gpu,dtype,head_dim,grad,backend", [
-    ("a100-80gb", "bfloat16", 64, True, "flash"),
-    ("a100-80gb", "float16", 256, True, "flash"),
-    ("a100-80gb", "float32", 64, True, "efficient"),  # flash takes fp16/bf16 only
-    ("a100-80gb", "float64", 64, True, "math"),  # neither fused kernel takes fp64
-    ("a100-80gb", "bfloat16", 320, True, "efficient"),  # flash: head_dim <= 256
-    ("a100-80gb", "float32", 66, True, "math"),  # memory-efficient: head_dim divisible by 4 (fp32)
-    ("l4", "bfloat16", 256, True, "efficient"),  # sm89: no flash backward for head_dim > 192
-    ("l4", "bfloat16", 256, False, "flash"),  # ... forward only is fine
-    ("h100-sxm", "bfloat16", 64, True, "cudnn"),  # recent torch prefers cuDNN on sm90
-    ("h100-sxm", "bfloat16", 256, True, "flash"),  # cuDNN: head_dim <= 128 (as modelled)
-    ("h200", "float32", 64, True, "efficient"),
-])
-def test_sdpa_backend_choice(gpu, dtype, head_dim, grad, backend):
-    assert choose_sdpa_backend(get_gpu(gpu), dtype, head_dim, requires_grad=grad).backend == backend
-
-
-def test_sdpa_backend_overrides(monkeypatch):
-    h100 = get_gpu("h100-sxm")
-    monkeypatch.setenv("TORCH_CUDNN_SDPA_DEPRIORITIZED", "1")
-    assert choose_sdpa_backend(h100, "bfloat16", 64).backend == "flash"
-    monkeypatch.setenv(BACKEND_ENV, "efficient")
-    assert choose_sdpa_backend(h100, "bfloat16", 64).backend == "efficient"
-    monkeypatch.setenv(BACKEND_ENV, "fastest")
-    with pytest.raises(UserError, match=BACKEND_ENV):
-        choose_sdpa_backend(h100, "bfloat16", 64)
 
 
 def test_cublas_workspace_sizes():
@@ -152,30 +124,3 @@ def test_cublas_workspaces_one_per_thread_after_the_first_matmul():
     assert not any(e[0] == FREE and str(e[1]).startswith("cublas") for e in sub.events)  # kept for the run
     assert len([e for e in substitute(t.trace, get_gpu("h100-sxm"), "math", cublas=False).events
                 if e[0] == ALLOC and str(e[1]).startswith("cublas")]) == 0
-
-
-# --- the order comes from the running torch; the cuDNN preference by torch version ----------------
-def test_the_priority_order_and_enabled_backends_are_torchs(monkeypatch):
-    from attnprof.profiler.memmodel import sdpa_choice
-
-    facts = sdpa_choice.torch_facts()
-    assert facts["order"][:3] == ["flash", "efficient", "math"]  # at::Context's default on 2.11 / 2.13
-    h100 = get_gpu("h100-sxm")
-    monkeypatch.setattr(torch.backends.cuda, "cudnn_sdp_enabled", lambda: False)
-    assert choose_sdpa_backend(h100, "bfloat16", 64).backend == "flash"  # a user's disabled cuDNN is honoured
-    monkeypatch.setattr(torch.backends.cuda, "flash_sdp_enabled", lambda: False)
-    assert choose_sdpa_backend(h100, "bfloat16", 64).backend == "efficient"
-
-
-@pytest.mark.parametrize("torch_version,cudnn,cc,prefers", [
-    ((2, 13), 91900, (9, 0), True), ((2, 13), 91500, (9, 0), False),  # "newer than 9.15"
-    ((2, 11), 91900, (10, 3), True), ((2, 11), 91900, (8, 0), False),
-    ((2, 8), 90900, (9, 0), True), ((2, 8), 90800, (9, 0), False), ((2, 8), 91900, (10, 3), False),
-])
-def test_the_cudnn_preference_by_torch_version(torch_version, cudnn, cc, prefers):
-    from dataclasses import replace
-
-    from attnprof.profiler.memmodel.sdpa_choice import prefers_cudnn
-
-    gpu = replace(get_gpu("h100-sxm"), compute_capability=cc)
-    assert prefers_cudnn(gpu, cudnn, torch_version) is prefers

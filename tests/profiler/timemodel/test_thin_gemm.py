@@ -1,13 +1,11 @@
-"""GEMM rate by inner dimension K: K read off real op rows, the rate interpolated in log K
-from the calibrated thin-GEMM table, and used by the model (a GPU keeps one efficiency)."""
+"""GEMM rate by inner dimension K: K read off real op rows and used by the model (the rate's
+interpolation in log K, and a GPU's one efficiency: test_rates.py)."""
 
 import pytest
 
-from attnprof.profiler.hardware.gpus import get_gpu
 from attnprof.profiler.predict.fake_run import predict
 from attnprof.profiler.records import Point, Shape
-from attnprof.profiler.timemodel import constants as C
-from attnprof.profiler.timemodel.rates import Rates, gpu_rates, interpolate_log
+from attnprof.profiler.timemodel.rates import Rates
 from attnprof.profiler.timemodel.roofline import gemm_inner_dim, predict_time
 
 THIN = Rates(device="test cpu", kind="cpu", peak_flops_per_s={"float32": 2e11}, bandwidth_bytes_per_s=1e12,
@@ -31,26 +29,9 @@ def test_k_is_inferred_only_for_matmuls_with_an_output():
     assert gemm_inner_dim(None, 1000, 10, "float32") is None
 
 
-def test_the_rate_is_interpolated_in_log_k_and_clamped_at_both_ends():
-    assert THIN.gemm_flops_per_s("float32", 8) == 1e10
-    assert THIN.gemm_flops_per_s("float32", 16) == 1e10
-    assert THIN.gemm_flops_per_s("float32", 64) == pytest.approx(8.5e10)  # halfway 16 -> 256 in log K
-    assert THIN.gemm_flops_per_s("float32", 512) == pytest.approx(1.8e11)  # halfway to the square rate at 1024
-    assert THIN.gemm_flops_per_s("float32", 1 << 20) == 2e11
-    assert THIN.gemm_flops_per_s("float32", None) == 2e11  # K unknown: the square rate
-    assert THIN.gemm_flops_per_s("bfloat16", 64) is None
-    assert interpolate_log([(1.0, 0.0), (100.0, 2.0)], 10.0) == pytest.approx(1.0)
-
-
 def test_the_model_costs_a_thin_gemm_at_its_k_rate():
     flops = 10**10
     thin = ["fwd", "bmm.default", flops, 0, flops * 4 // (2 * 16), 1]  # K = 16
     wide = ["fwd", "bmm.default", flops, 0, flops * 4 // (2 * 4096), 1]  # K = 4096
     assert predict_time([thin], THIN, "float32").time_fwd_ms == pytest.approx(1000)  # at 1e10 FLOP/s
     assert predict_time([wide], THIN, "float32").time_fwd_ms == pytest.approx(50)  # at the square 2e11
-
-
-def test_a_gpu_keeps_one_gemm_efficiency_whatever_k():
-    rates = gpu_rates(get_gpu("a100-80gb"))
-    assert rates.gemm_flops_per_s("float32", 16) == rates.gemm_flops_per_s("float32", 4096)
-    assert rates.gemm_flops_per_s("float32", 16) == pytest.approx(19.5e12 * C.GEMM_EFFICIENCY)

@@ -238,9 +238,31 @@ def test_a_spec_looks_its_class_up_once_and_pickles_without_it(monkeypatch):
     assert again == spec and again.cls is spec.cls and lookups == ["lsh", "lsh"]
 
 
-def test_the_builtin_names_are_one_list_for_the_catalog_the_registry_and_the_reports():
-    from attnprof.reports.builtins import builtin_names
-    from attnprof.scenarios.variants import catalog, registry
+def test_registry_lists_the_six_variants_with_papers():
+    names = variant_names()
+    for expected in ["full", "sdpa", "talking_heads", "lsh", "sparse_strided", "sparse_fixed"]:
+        assert expected in names
+        cls = get_variant(expected)
+        assert cls.description and cls.paper and "arXiv" in cls.paper
 
-    assert list(catalog.builtin_names()) == registry.builtin_variant_names()
-    assert builtin_names() == frozenset(catalog.builtin_names())
+
+def test_duplicate_registration_is_refused():
+    from attnprof.scenarios.variants.base import Attention
+    from attnprof.scenarios.variants.registry import register_variant
+
+    with pytest.raises(ValueError, match="already registered"):
+        @register_variant("full")
+        class Another(Attention):
+            pass
+
+
+def test_module_attr_plugin_path_loads_a_users_variant(tmp_path, monkeypatch):
+    (tmp_path / "my_attn.py").write_text(
+        "from attnprof.scenarios.variants.full import FullAttention\n"
+        "class Mine(FullAttention):\n    description = 'mine'\n    paper = 'me, arXiv 0000.00000'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = parse_variant("my_attn:Mine[causal=false]")
+    assert spec.label == "my_attn:Mine[causal=false]"
+    module = spec.build(32, 4)
+    assert module.causal is False
+    assert module(torch.randn(1, 8, 32)).shape == (1, 8, 32)

@@ -1,7 +1,7 @@
-"""The cache's trust model: a checksum proves an entry whole, not who wrote it, so the
-prediction and calibration caches are used only in a folder that is the user's own. A
-folder writable by others (without the sticky bit) or owned by another uid costs one
-warning line and predictions are computed uncached; a planted entry is never read.
+"""The caches' trust model (profiler.measure.trust): a checksum proves an entry whole, not
+who wrote it, so the prediction and calibration caches are used only in a folder that is
+the user's own. A folder writable by others (without the sticky bit) or owned by another
+uid costs one warning line and predictions are computed uncached; a planted entry is never read.
 (The suite runs as root: mode bits are checked as such, and root can chown to any uid.)"""
 
 from __future__ import annotations

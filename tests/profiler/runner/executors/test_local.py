@@ -1,13 +1,10 @@
-"""The local executor running several points at once (``--parallel``, one per GPU on a
-GPU machine; tested here on the CPU, where it is allowed with a warning), and the
-executor flags' one-line refusals, Ray's missing extra included."""
+"""The local executor (profiler.runner.executors.local) running several points at once
+(``--parallel``, one per GPU on a GPU machine; tested here on the CPU, where it is allowed
+with a warning). The executor flags' one-line refusals: test_executors.py."""
 
 from __future__ import annotations
 
-import sys
-
 import pytest
-from typer.testing import CliRunner
 
 from attnprof.profiler.records import key_of_record
 from attnprof.profiler.runner.storage import read_records
@@ -57,46 +54,6 @@ def test_a_crashed_point_records_its_host_and_worker_pid(tmp_path):
     assert record["host"] and record["worker_pid"] and record["predicted_peak_bytes"] > 0
 
 
-@pytest.mark.parametrize("kw, message", [
-    (dict(parallel=0), "--parallel must be a positive"),
-    (dict(ray_address="127.0.0.1:1"), "need --executor ray"),
-    (dict(executor="slurm"), "unknown executor"),
-    (dict(executor="ray", parallel=2), "--parallel is for --executor local"),
-    (dict(ray_cpus_per_point=0), "--ray-cpus-per-point must be a positive"),
-])
-def test_executor_settings_are_checked_in_one_line(kw, message):
-    with pytest.raises(SweepError, match=message):
-        settings(**kw)
-
-
 def test_parallel_with_one_named_gpu_is_refused(tmp_path):
     with pytest.raises(SweepError, match="needs --device cuda"):
         run_sweep(TINY, tmp_path, settings(device="cuda:0", parallel=2), show_progress=False)
-
-
-def test_without_ray_the_ray_executor_is_one_line_naming_the_extra(tmp_path, monkeypatch):
-    from attnprof.cli import app
-
-    monkeypatch.setitem(sys.modules, "ray", None)  # as if not installed: `import ray` raises ImportError
-    out = tmp_path / "run"
-    result = CliRunner().invoke(app, ["sweep", "--variant", "sdpa", "--seq-len", "64", "--device", "cpu",
-                                      "--no-report", "--quiet", "--executor", "ray", "--out", str(out)])
-    assert result.exit_code == 2, result.output
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error:") and "pip install 'attnprof[ray]'" in lines[0]
-    assert not out.exists()  # refused before any folder was made
-    from attnprof.profiler.runner.executors.ray_cluster import import_ray
-
-    with pytest.raises(SweepError, match=r"attnprof\[ray\]"):
-        import_ray()
-
-
-def test_the_command_line_starts_without_ray():
-    import subprocess
-
-    code = ("import sys, contextlib, io\nimport attnprof.cli\n"
-            "with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
-            "    attnprof.cli.main(['sweep', '--help'])\n"
-            "print('ray' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
-    assert out.stdout.strip().splitlines()[-1] == "False"

@@ -1,0 +1,63 @@
+"""The sweep's warm helper (profiler.runner.preload): ``watch`` reports a worker's exit code
+(negative: the signal), kills it when the sweep asks or goes away, and ``serve`` ends when
+the sweep closes its socket, ignoring what is not a run request. (The helper as a sweep
+starts it: test_no_cuda_before_fork.py, measure/test_small_points.py.)"""
+
+import os
+import pickle
+import signal
+import socket
+import subprocess
+import sys
+
+import psutil
+import pytest
+
+from attnprof.profiler.runner.preload import serve, watch
+
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]
+
+
+@pytest.fixture
+def sockets():
+    ours, helpers = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    yield ours, helpers
+    for s in (ours, helpers):
+        s.close()
+
+
+def test_watch_returns_the_workers_exit_code(sockets):
+    _, helpers = sockets
+    worker = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(3)"])
+    assert watch(helpers, worker.pid) == 3
+
+
+def test_watch_kills_the_worker_when_the_sweep_asks(sockets):
+    ours, helpers = sockets
+    worker = subprocess.Popen(SLEEPER)
+    ours.send(pickle.dumps(("kill",)))
+    assert watch(helpers, worker.pid) == -signal.SIGKILL
+
+
+def test_watch_kills_and_reaps_the_worker_when_the_sweep_is_gone(sockets):
+    ours, helpers = sockets
+    worker = subprocess.Popen(SLEEPER)
+    ours.close()
+    assert watch(helpers, worker.pid) is None
+    with pytest.raises(ChildProcessError):
+        os.waitpid(worker.pid, os.WNOHANG)  # already reaped: no zombie left
+
+
+def test_serve_ignores_what_is_no_run_request_and_ends_when_the_socket_closes(sockets):
+    ours, helpers = sockets
+    read, write = os.pipe()
+    try:
+        socket.send_fds(ours, [pickle.dumps(("init", []))], [write])  # not a run request: ignored
+        ours.send(pickle.dumps(("run", None, None)))  # a run request without its result fd: ignored
+        ours.close()
+        children = psutil.Process().children()
+        serve(helpers)  # returns: nothing was forked, the sweep is gone
+        assert psutil.Process().children() == children
+    finally:
+        os.close(read)
+        os.close(write)

@@ -1,0 +1,58 @@
+"""Forked workers (profiler.forks): single-threaded, ignoring Ctrl-C, and forked only while
+autograd's device threads are not running (read off the threads' names)."""
+
+import glob
+import os
+import signal
+
+import torch
+
+from attnprof.profiler import forks
+
+
+def test_usable_cores_are_this_processs_affinity():
+    assert forks.usable_cores() == len(os.sched_getaffinity(0)) >= 1
+
+
+def test_cuda_compiled_is_whether_this_torch_is_a_cuda_build():
+    assert forks.cuda_compiled() is (torch.version.cuda is not None)
+
+
+def test_pool_workers_run_single_threaded_and_leave_ctrl_c_to_the_parent():
+    with forks.fork_pool(1) as pool:
+        assert pool.apply(torch.get_num_threads) == 1
+        assert pool.apply(signal.getsignal, (signal.SIGINT,)) == signal.SIG_IGN
+        assert pool.apply(signal.getsignal, (signal.SIGTERM,)) == signal.SIG_DFL
+        assert pool.apply(os.getppid) == os.getpid()
+
+
+def comm_files(folder, *names):
+    """A /proc/PID/task/*/comm stand-in: one file per thread, holding its name."""
+    folder.mkdir()
+    paths = []
+    for i, name in enumerate(names):
+        path = folder / f"{i}-comm"
+        path.write_text(name + "\n")
+        paths.append(str(path))
+    return paths
+
+
+def test_autograd_threads_are_found_by_their_names(tmp_path, monkeypatch):
+    running = comm_files(tmp_path / "running", "python", "pt_autograd_0")
+    monkeypatch.setattr(glob, "glob", lambda pattern: running)
+    assert forks.autograd_threads_running() is True and forks.autograd_fork_safe() is False
+    quiet = comm_files(tmp_path / "quiet", "python", "pt_main_thread")
+    monkeypatch.setattr(glob, "glob", lambda pattern: quiet + [str(tmp_path / "a-thread-that-ended")])
+    assert forks.autograd_threads_running() is False and forks.autograd_fork_safe() is True
+
+
+def test_without_proc_a_cuda_build_is_assumed_to_run_them(monkeypatch):
+    monkeypatch.setattr(glob, "glob", lambda pattern: [])
+    for compiled in (True, False):
+        monkeypatch.setattr(forks, "cuda_compiled", lambda: compiled)
+        assert forks.autograd_threads_running() is compiled
+
+
+def test_this_process_reads_its_own_threads():
+    assert glob.glob(f"/proc/{os.getpid()}/task/*/comm")  # the suite runs on Linux: the real path is taken
+    assert isinstance(forks.autograd_threads_running(), bool)
