@@ -14,6 +14,7 @@ TINY = dict(variants=["sdpa"], modes=["plain"], min_len=64, max_len=128, d_model
             repeats=1, warmup=0)
 
 
+@pytest.mark.slow
 def test_a_sweep_ending_in_a_report_is_one_call(tmp_path):
     started = []
     run = api.sweep(**TINY, device="cpu", out=tmp_path / "run", progress=False, capacity_seconds=30,

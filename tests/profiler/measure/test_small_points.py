@@ -129,6 +129,7 @@ def test_small_points_in_forked_workers_do_not_hang(tmp_path):
     assert python_out(code, tmp_path).split() == ["6"]
 
 
+@pytest.mark.slow
 def test_a_budget_search_over_small_points_in_forked_workers_does_not_hang(tmp_path):
     """As above, for the budget search's scheduler (predict/pool.py)."""
     code = (OPENMP_STARTED + "from attnprof.profiler.predict.points import longest_fitting\n"

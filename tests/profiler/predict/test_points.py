@@ -118,6 +118,7 @@ def test_predicting_many_points_in_parallel_equals_one_by_one():
     assert [{k: r[k] for k in keys} for r in parallel] == [{k: r[k] for k in keys} for r in serial]
 
 
+@pytest.mark.slow
 def test_a_budget_search_over_both_cores_equals_one_in_this_process(monkeypatch):
     """Every prediction of the search scheduled on its own (predict/pool.py) changes
     nothing in the rows: the same lengths, peaks and limits as one process, one series

@@ -26,6 +26,7 @@ def by_key(run_dir):
     return {(r["variant"], r["mode"], r["seq_len"]): r for r in read_records(run_dir)}
 
 
+@pytest.mark.slow
 def test_every_point_gets_a_real_measured_record(tmp_path):
     summary = run_sweep(TINY, tmp_path, settings(), show_progress=False)
     records = by_key(tmp_path)
@@ -47,6 +48,7 @@ def test_every_point_gets_a_real_measured_record(tmp_path):
     assert "torch_version" in manifest and '"name": "tiny"' in manifest
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("action, status, why", [("sigkill", "crashed", "SIGKILL"), ("segfault", "crashed", "SIGSEGV"),
                                                    ("oom", "oom", "MemoryError")])
 def test_a_dying_point_becomes_a_status_and_the_sweep_goes_on(tmp_path, action, status, why):
@@ -75,6 +77,7 @@ def test_a_hang_times_out_and_longer_lengths_are_skipped(tmp_path):
     assert records[("sdpa", "plain", 64)]["status"] == "ok"
 
 
+@pytest.mark.slow
 def test_points_predicted_over_the_memory_limit_are_skipped_with_their_figure(tmp_path):
     run_sweep(TINY, tmp_path, settings(mem_limit_bytes=2_000_000), show_progress=False)
     records = by_key(tmp_path)

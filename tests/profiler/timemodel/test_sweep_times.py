@@ -32,6 +32,7 @@ def slow_machine(monkeypatch, **figures):
     monkeypatch.setattr(calibrate, "measure", measure)
 
 
+@pytest.mark.slow
 def test_every_record_carries_predicted_times_next_to_measured_ones(tmp_path, capsys):
     run_sweep(TINY, tmp_path, settings(), show_progress=False)
     records = read_records(tmp_path)
