@@ -65,3 +65,21 @@ def stub_calibration(monkeypatch):
 
     monkeypatch.setattr(calibrate, "measure", measure)
     return real
+
+
+@pytest.fixture
+def parses(monkeypatch):
+    """Every registry parse from here on (registry.parse_variant, the one parse function):
+    a list of the labels parsed. tests/profiler/runner/test_parse_once.py and
+    tests/reports/test_report_parses.py count with it."""
+    from attnprof.scenarios.variants import registry
+
+    seen: list = []
+    parse = registry.parse_variant
+
+    def counted(text, **kw):
+        seen.append(text)
+        return parse(text, **kw)
+
+    monkeypatch.setattr(registry, "parse_variant", counted)
+    return seen

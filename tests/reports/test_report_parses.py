@@ -8,23 +8,8 @@ from __future__ import annotations
 import pytest
 
 from attnprof.reports.render import render_report
-from attnprof.scenarios.variants import registry
 
 from tests.reports.conftest import ci_records, write_run
-
-
-@pytest.fixture
-def parses(monkeypatch):
-    """Every registry parse from here on: a list of the labels parsed."""
-    seen: list = []
-    parse = registry.parse_variant
-
-    def counted(text, **kw):
-        seen.append(text)
-        return parse(text, **kw)
-
-    monkeypatch.setattr(registry, "parse_variant", counted)
-    return seen
 
 
 @pytest.mark.slow

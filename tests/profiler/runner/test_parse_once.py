@@ -14,21 +14,6 @@ from attnprof.scenarios import plan
 from attnprof.profiler.predict.points import prediction_record
 from attnprof.profiler.runner.worker import measure_point
 from attnprof.scenarios.scenario import Scenario
-from attnprof.scenarios.variants import registry
-
-
-@pytest.fixture
-def parses(monkeypatch):
-    """Every registry parse from here on: a list of the labels parsed."""
-    seen: list = []
-    parse = registry.parse_variant
-
-    def counted(text, **kw):
-        seen.append(text)
-        return parse(text, **kw)
-
-    monkeypatch.setattr(registry, "parse_variant", counted)
-    return seen
 
 
 @pytest.mark.parametrize("variant, scope, dtype, layers", [
