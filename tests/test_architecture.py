@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from source_tree import source_paths
 
 ROOT = Path(__file__).resolve().parents[1]
 NOT_PACKAGE = {"tests", "scripts", "docs", ".venv", "runs", "build", "dist"}
@@ -22,7 +23,7 @@ NOT_PACKAGE = {"tests", "scripts", "docs", ".venv", "runs", "build", "dist"}
 
 def _modules() -> dict[str, Path]:
     found = {}
-    for path in ROOT.rglob("*.py"):
+    for path in source_paths(ROOT):
         rel = path.relative_to(ROOT)
         if rel.parts[0] in NOT_PACKAGE or rel.parts[0].startswith("."):
             continue
@@ -273,6 +274,6 @@ def test_pyproject_installs_every_package_and_nothing_else():
 
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"])
     folders = {("attnprof." + ".".join(p.parent.relative_to(ROOT).parts)).rstrip(".")
-               for p in ROOT.rglob("__init__.py")
+               for p in source_paths(ROOT) if p.name == "__init__.py"
                if not NOT_PACKAGE & set(p.relative_to(ROOT).parts) and not p.relative_to(ROOT).parts[0].startswith(".")}
     assert listed == folders

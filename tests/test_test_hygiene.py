@@ -22,6 +22,7 @@ import ast
 from pathlib import Path
 
 import pytest
+from source_tree import source_paths
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"
@@ -42,7 +43,7 @@ def private(name: str) -> bool:
 
 
 def source_files() -> list[Path]:
-    return sorted(p for p in ROOT.rglob("*.py") if not NOT_SOURCE & set(p.relative_to(ROOT).parts))
+    return sorted(p for p in source_paths(ROOT) if not NOT_SOURCE & set(p.relative_to(ROOT).parts))
 
 
 def suite_files() -> list[Path]:

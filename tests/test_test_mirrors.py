@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+from source_tree import source_paths
+
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"
 NOT_SOURCE = {"tests", "scripts", "docs", ".venv", ".git", "build", "dist"}
@@ -57,7 +59,7 @@ UNMIRRORED: dict[str, str] = {}
 
 
 def source_modules() -> list[str]:
-    return sorted(p.relative_to(ROOT).as_posix() for p in ROOT.rglob("*.py")
+    return sorted(p.relative_to(ROOT).as_posix() for p in source_paths(ROOT)
                   if not NOT_SOURCE & set(p.relative_to(ROOT).parts))
 
 
