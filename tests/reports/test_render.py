@@ -154,6 +154,7 @@ def test_bad_manifest_and_baseline_raise_report_errors(ci_run, tmp_path):
         render_report(tmp_path / "run", output=tmp_path, seconds=0)
 
 
+@pytest.mark.slow
 def test_ci_sized_render_time_with_predictions(ci_run):
     """Not a timing assertion: prints what the default time budget gives."""
     start = time.perf_counter()
