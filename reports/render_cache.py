@@ -78,23 +78,10 @@ def read_cache(run_dir: Path | None) -> tuple[dict, Optional[str]]:
         return {}, problem
     if not isinstance(data, dict):
         return {}, "not a JSON object"
-    tag = versions_tag()
-    good, bad, total = {}, [], 0
-    for version, points in data.items():
-        if not isinstance(points, dict) and peak_problem(points) is None:
-            continue  # an entry of the unversioned layout (point key -> bytes): stale, dropped silently
-        if not isinstance(points, dict):
-            bad.append((version, f"{type(points).__name__} where an object of points belongs"))
-            total += 1
-            continue
-        for key, value in points.items():
-            total += 1
-            why = peak_problem(value)
-            if why:
-                bad.append((key, why))
-            elif version == tag:
-                good[key] = value
-    return good, _counted(bad, total)
+    # an entry of the unversioned layout (point key -> bytes) is stale: dropped silently
+    data = {v: p for v, p in data.items() if isinstance(p, dict) or peak_problem(p) is not None}
+    out, bad, total = _two_levels(data, lambda value: (value, peak_problem(value)))
+    return out.get(versions_tag(), {}), _counted(bad, total)
 
 
 def write_cache(run_dir: Path | None, cache: dict, force: bool = False) -> None:
@@ -128,21 +115,34 @@ def read_gpu_cache(run_dir: Path | None) -> tuple[dict, Optional[str]]:
         return {}, problem
     if not isinstance(data, dict):
         return {}, "not a JSON object"
+
+    def clean(fields):
+        kept = clean_fields(fields)
+        return kept, None if kept is not None else "not the GPU model's fields"
+
+    out, bad, total = _two_levels(data, clean)
+    return out, _counted(bad, total)
+
+
+def _two_levels(data: dict, clean) -> tuple[dict, list, int]:
+    """A cache file's ``{outer key: {point key: value}}`` read as data, the one reader of
+    both files: each value through ``clean`` (-> the value kept, or why not), any other
+    shape counted bad. Returns (outer -> point key -> kept value, [(key, why)], entries)."""
     out: dict = {}
     bad, total = [], 0
-    for fp, points in data.items():
+    for outer, points in data.items():
         if not isinstance(points, dict):
-            bad.append((fp, f"{type(points).__name__} where an object of points belongs"))
+            bad.append((outer, f"{type(points).__name__} where an object of points belongs"))
             total += 1
             continue
-        for key, fields in points.items():
+        for key, value in points.items():
             total += 1
-            clean = clean_fields(fields)
-            if clean is None:
-                bad.append((key, "not the GPU model's fields"))
+            kept, why = clean(value)
+            if why:
+                bad.append((key, why))
             else:
-                out.setdefault(fp, {})[key] = clean
-    return out, _counted(bad, total)
+                out.setdefault(outer, {})[key] = kept
+    return out, bad, total
 
 
 def write(run_dir: Path | None, name: str, cache: dict, force: bool = False) -> None:
