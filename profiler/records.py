@@ -48,9 +48,9 @@ class Shape:
     def __post_init__(self):
         object.__setattr__(self, "dtype", canonical_dtype(self.dtype))
         for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name != "dtype" and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
-                raise ShapeError(f"{f.name} must be a positive integer, got {value!r}")
+            problem = _field_problem(f, getattr(self, f.name))
+            if problem:
+                raise ShapeError(f"{f.name} {problem}")
         if self.d_model % self.heads:
             raise ShapeError(f"d_model {self.d_model} is not divisible by heads {self.heads}")
 
@@ -73,6 +73,30 @@ class Shape:
 
     def to_dict(self) -> dict:
         return {**asdict(self), "head_dim": self.head_dim}
+
+
+def later(default, *, choices: tuple = (), kind: str = ""):
+    """A Shape field added after the first records were written (the training-step options,
+    issue 24). A record, a baseline or a cache entry written before it lacks it, and means
+    its ``default`` (``IDENTITY_DEFAULTS``), which is today's behaviour. ``choices``: the
+    allowed texts; ``kind``: "amount" (an int >= 0, 0 = off) or "switch" (true/false);
+    neither: a positive int."""
+    return field(default=default, metadata={"later": True, "choices": choices, "kind": kind})
+
+
+def _field_problem(f, value) -> Optional[str]:
+    """Why one Shape field's value is refused, or None (dtype is checked by canonical_dtype)."""
+    if f.name == "dtype":
+        return None
+    choices, kind = f.metadata.get("choices", ()), f.metadata.get("kind", "")
+    if choices:
+        return None if isinstance(value, str) and value in choices else (
+            f"must be one of {', '.join(choices)}, got {value!r}")
+    if kind == "switch":
+        return None if isinstance(value, bool) else f"must be true or false, got {value!r}"
+    if not isinstance(value, int) or isinstance(value, bool) or value < (0 if kind == "amount" else 1):
+        return f"must be {'an integer >= 0' if kind == 'amount' else 'a positive integer'}, got {value!r}"
+    return None
 
 
 # --- the point ----------------------------------------------------------------------------
@@ -137,9 +161,31 @@ IDENTITY_FIELDS = tuple(
     for name in ([g.name for g in fields(Shape)] if f.name == "shape" else [f.name]))
 
 
+# Identity fields added later (``later``): absent from an older record, baseline or cache
+# entry, they mean this default, so today's results and .ci/baseline.json keep their keys.
+IDENTITY_DEFAULTS = {f.name: f.default for f in fields(Shape) if f.metadata.get("later")}
+
+
+def with_identity_defaults(record: dict) -> dict:
+    """``record`` with every later identity field it lacks set to its default (a new dict)."""
+    missing = {k: v for k, v in IDENTITY_DEFAULTS.items() if k not in record}
+    return {**record, **missing} if missing else record
+
+
+def later_label(record: dict) -> str:
+    """The later identity fields that differ from their defaults, as ``name=value`` words
+    (what a point's label must add so that two such points never print alike); '' if none."""
+    words = []
+    for name, default in IDENTITY_DEFAULTS.items():
+        value = record.get(name, default)
+        if value != default:
+            words.append(name if value is True else f"{name}={value}")
+    return " ".join(words)
+
+
 def key_of_record(record: dict) -> tuple:
-    """The same key as Point.key(), read back from a result record."""
-    return tuple(record.get(f) for f in IDENTITY_FIELDS)
+    """The same key as Point.key(), read back from a result record (later fields defaulted)."""
+    return tuple(record.get(f, IDENTITY_DEFAULTS.get(f)) for f in IDENTITY_FIELDS)
 
 
 # --- the outcome --------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from attnprof.profiler.runner.storage import MANIFEST_FILE, MAX_MANIFEST_BYTES, 
 PANEL_ORDER = ("plain", "checkpoint", "reversible", "attention")
 # Identity fields besides variant, mode, scope and length; a run that varies one of them
 # gets it appended to the series label, so lines never silently merge.
-SHAPE_FIELDS = ("d_model", "heads", "layers", "dtype", "ff_mult", "ff_chunks", "forward_only")
+SHAPE_FIELDS = tuple(f for f in IDENTITY_FIELDS if f not in ("variant", "mode", "scope", "seq_len", "batch"))
 REQUIRED = ("variant", "mode", "scope", "seq_len", "status")
 # Every field the report reads, type-checked before pandas sees it (checks.record_problem).
 READ_FIELDS = IDENTITY_FIELDS + ("status", "reason", "device_name", "predicted_peak_bytes", "measured_peak_bytes",

@@ -19,7 +19,7 @@ from pathlib import Path
 from attnprof.profiler.gate.errors import GateError
 from attnprof.profiler.gate.snapshot import (UNREADABLE, Snapshot, check_point, invalid, point_label,
                                              point_of_record, printable, read_run, require_ok_point)
-from attnprof.profiler.records import IDENTITY_FIELDS, key_of_record
+from attnprof.profiler.records import IDENTITY_FIELDS, key_of_record, with_identity_defaults
 
 __all__ = ["FIGURE_FIELDS", "FORMAT", "IDENTITY_FIELDS", "VERSION", "GateError", "Snapshot", "baseline_document",
            "dump_baseline", "point_label", "point_of_record", "printable", "read_baseline", "read_run",
@@ -81,6 +81,8 @@ def read_baseline(path: str | Path, skip_invalid: bool = False) -> Snapshot:
     for i, point in enumerate(points):
         where = f"{path} point {i}" + (f" (line {lines[i]})" if i in lines else "")
         try:
+            if isinstance(point, dict):
+                point = with_identity_defaults(point)  # a baseline from before a later field means its default
             if not isinstance(point, dict) or any(f not in point for f in IDENTITY_FIELDS + FIGURE_FIELDS):
                 raise GateError(f"{where} lacks identity or figure fields")
             check_point(point, where)

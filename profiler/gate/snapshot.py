@@ -10,7 +10,7 @@ from pathlib import Path
 
 from attnprof.profiler.gate.checks import record_problem
 from attnprof.profiler.gate.errors import GateError
-from attnprof.profiler.records import IDENTITY_FIELDS, key_of_record, step_time_ms
+from attnprof.profiler.records import IDENTITY_FIELDS, key_of_record, later_label, step_time_ms
 from attnprof.profiler.runner.storage import MANIFEST_FILE, RESULTS_FILE, read_manifest, read_numbered
 from attnprof.profiler.units import printable  # noqa: F401 - the gate's modules import it from here
 
@@ -43,6 +43,8 @@ def point_label(point: dict) -> str:
         parts.append(f"b={point.get('batch')}")
     if point.get("forward_only"):
         parts.append("fwd-only")
+    if later_label(point):
+        parts.append(later_label(point))
     return printable(" ".join(parts))
 
 

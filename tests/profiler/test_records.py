@@ -87,3 +87,15 @@ def test_step_time_is_forward_plus_backward_on_numbers_and_series():
     assert step_time_ms(2.0, 3.0) == 5.0 and step_time_ms(2.0, None) == 2.0 and step_time_ms(None, 3.0) is None
     total = step_time_ms(pd.Series([2.0, 2.0, math.nan]), pd.Series([3.0, math.nan, 3.0]))
     assert total.tolist()[:2] == [5.0, 2.0] and math.isnan(total.iloc[2])
+
+
+def test_a_record_from_before_the_later_fields_keys_like_their_defaults():
+    """Records and baselines written before a later Shape field (issue 24) keep their keys."""
+    from attnprof.profiler.records import IDENTITY_DEFAULTS, Point, Shape, key_of_record, later_label
+
+    point = Point("full", "plain", "model", Shape(seq_len=64, d_model=32, heads=2))
+    old = {k: v for k, v in point.identity().items() if k not in IDENTITY_DEFAULTS}
+    assert key_of_record(old) == point.key()
+    assert later_label(old) == "" and later_label(point.identity()) == ""
+    for name, default in IDENTITY_DEFAULTS.items():  # each default is a valid value of its field
+        Shape(**{name: default})
