@@ -137,12 +137,19 @@ def open_lock(path: Path) -> int:
     return _checked_fd(Path(path), os.O_RDWR | os.O_CREAT)
 
 
-def read_bounded(path: Path, limit: int) -> Optional[bytes]:
+def read_bounded(path: Path, limit: int, *, follow: bool = False) -> Optional[bytes]:
     """The bytes of ``path``; None when it is absent. LinkRefused for a symbolic link or
     anything but a regular file (a read would follow it, or block on a FIFO); ValueError
-    when it is longer than ``limit``."""
+    when it is longer than ``limit``. ``follow``: a file the user named (a baseline), which
+    may be a link to a regular file; still never a FIFO or a device."""
     try:
-        fd = _checked_fd(Path(path), os.O_RDONLY, one_name=False)
+        if follow:
+            fd = os.open(path, os.O_RDONLY | _NONBLOCK | _CLOEXEC)
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                os.close(fd)
+                raise _refuse(Path(path), "not a regular file")
+        else:
+            fd = _checked_fd(Path(path), os.O_RDONLY, one_name=False)
     except FileNotFoundError:
         return None
     try:

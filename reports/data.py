@@ -8,6 +8,7 @@ device, the device is part of each series, so lines of different devices never m
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 
@@ -85,7 +86,7 @@ def load(run_dir, role: str = "run") -> Run:
         raise ReportError(f"{role} folder not found: {path}")
     if not is_dir:
         raise ReportError(f"{role} {path} is not a folder")
-    if not (path / RESULTS_FILE).is_file() and (path / GPU_TYPES_FILE).is_file():
+    if not os.path.lexists(path / RESULTS_FILE) and os.path.lexists(path / GPU_TYPES_FILE):
         return load_gpu_types(path, role)
     frame, manifest, skipped = _read(path, role)
     try:
@@ -96,10 +97,12 @@ def load(run_dir, role: str = "run") -> Run:
 
 def _read(path: Path, role: str) -> tuple[pd.DataFrame, dict, list]:
     """One run folder's rows (before ``tidy``), manifest and skipped lines, validated."""
-    if not (path / RESULTS_FILE).is_file():
+    if not os.path.lexists(path / RESULTS_FILE):  # a link or a FIFO there is refused by the read, not missed
         raise ReportError(f"{role} folder {path} has no {RESULTS_FILE} (is it a run folder?)")
     try:
         records, problems = read_records_checked(path)
+    except safeio.LinkRefused:
+        raise
     except (OSError, *_UNREADABLE) as exc:
         raise ReportError(one_line(f"{role} {path}: cannot read {RESULTS_FILE}: {type(exc).__name__}: {exc}")) from None
     if problems and problems[0].line == 0:  # the file as a whole: not readable
@@ -166,9 +169,17 @@ def gpu_type_folders(path: Path) -> dict:
     ``path`` (an absolute path, '..', a separator, a link leading out)."""
     index = path / GPU_TYPES_FILE
     try:
-        if index.stat().st_size > MAX_INDEX_BYTES:
-            raise ReportError(f"{index} is too large to be a GPU-type index")
-        data = json.loads(index.read_bytes().decode("utf-8"))
+        raw = safeio.read_bounded(index, MAX_INDEX_BYTES)  # never through a link, never blocking on a FIFO
+    except safeio.LinkRefused:
+        raise ReportError(f"{index} is a link or not a regular file; a run folder is data: refused") from None
+    except ValueError:
+        raise ReportError(f"{index} is too large to be a GPU-type index") from None
+    except OSError as exc:
+        raise ReportError(one_line(f"cannot read {index}: {exc.strerror or exc}")) from None
+    try:
+        if raw is None:
+            raise FileNotFoundError(f"{index} does not exist")
+        data = json.loads(raw.decode("utf-8"))
     except (OSError, *_UNREADABLE) as exc:
         raise ReportError(one_line(f"{index} is not valid JSON: {type(exc).__name__}: {exc}")) from None
     types = data.get("gpu_types") if isinstance(data, dict) else None

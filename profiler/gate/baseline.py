@@ -10,12 +10,14 @@ with a one-line message (exit 2): the gate never passes on data it could not rea
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
+from attnprof.profiler import safeio
 from attnprof.profiler.gate.errors import GateError
 from attnprof.profiler.gate.snapshot import (UNREADABLE, Snapshot, check_point, invalid, point_label,
                                              point_of_record, printable, read_run, require_ok_point)
@@ -27,6 +29,7 @@ __all__ = ["FIGURE_FIELDS", "FORMAT", "IDENTITY_FIELDS", "VERSION", "GateError",
 
 FORMAT = "attnprof-baseline"
 VERSION = 1
+MAX_BASELINE_BYTES = 256 << 20  # a point is ~300 bytes: far more points than any sweep has
 FIGURE_FIELDS = ("status", "measured_peak_bytes", "measured_by", "predicted_peak_bytes", "time_ms")
 
 
@@ -48,9 +51,19 @@ def read_baseline(path: str | Path, skip_invalid: bool = False) -> Snapshot:
     path = Path(path)
     if not path.is_file():
         raise GateError(f"baseline not found: {path} (create it with: attnprof gate --update --baseline {path} RUN_DIR)")
+    try:
+        raw = safeio.read_bounded(path, MAX_BASELINE_BYTES, follow=True)  # never blocks, never reads /dev/zero
+    except safeio.LinkRefused:  # before ValueError: a UserError is one
+        raise GateError(f"baseline {path} is not a regular file") from None
+    except ValueError:
+        raise GateError(f"baseline {path} is larger than {MAX_BASELINE_BYTES >> 20} MiB: not an attnprof baseline") from None
+    except OSError as exc:
+        raise GateError(f"cannot read baseline {path}: {exc.strerror or exc}") from None
     text = ""
     try:
-        text = path.read_text(encoding="utf-8")
+        if raw is None:
+            raise FileNotFoundError(errno.ENOENT, "no such file")
+        text = raw.decode("utf-8")
         doc = json.loads(text)
     except OSError as exc:
         raise GateError(f"cannot read baseline {path}: {exc.strerror or exc}") from None

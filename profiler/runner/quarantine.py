@@ -32,10 +32,9 @@ from typing import Optional
 from attnprof.profiler import safeio
 from attnprof.profiler.runner.errors import StorageError, SweepError
 from attnprof.profiler.runner.schema import parse_line
-from attnprof.profiler.runner.storage import QUARANTINE_FILE, RESULTS_FILE
+from attnprof.profiler.runner.storage import MAX_RESULTS_BYTES, QUARANTINE_FILE, RESULTS_FILE
 
 QUARANTINE_FORMAT = "attnprof-quarantine"
-MAX_RESULTS_BYTES = 1 << 32  # a results file is KiB to MiB; beyond this it is not one
 SHOWN_LINES = 8  # line numbers named in the one-line note; the rest as a count
 
 

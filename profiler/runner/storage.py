@@ -26,7 +26,7 @@ from typing import Optional
 
 from attnprof.profiler import safeio
 from attnprof.profiler.records import PointRecord, key_of_record
-from attnprof.profiler.runner.errors import StorageError
+from attnprof.profiler.runner.errors import StorageError, SweepError
 from attnprof.profiler.runner.schema import parse_line
 
 RESULTS_FILE = "results.jsonl"
@@ -155,6 +155,7 @@ def results_size(run_dir: Path) -> int:
 
 
 # --- reading --------------------------------------------------------------------------------
+MAX_RESULTS_BYTES = 4 << 30  # a record is a few KiB: a million points; more is not a results file
 def read_records_checked(run_dir: Path) -> tuple[list[dict], list[Problem]]:
     """Every valid record of a run, and a Problem for each line that is not one.
 
@@ -169,11 +170,18 @@ def read_numbered(run_dir: Path) -> tuple[list[tuple[int, dict]], list[Problem]]
     """``read_records_checked`` with each record's line number: (line, record) pairs."""
     path = Path(run_dir) / RESULTS_FILE
     try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return [], []
+        # never through a link (its target's bytes would be copied into the quarantine), never
+        # blocking on a FIFO, never reading /dev/zero until memory runs out: LinkRefused, exit 2
+        data = safeio.read_bounded(path, MAX_RESULTS_BYTES)
+    except safeio.LinkRefused:
+        raise  # a UserError, and so a ValueError: not the size below
     except OSError as exc:
         return [], [Problem(0, f"cannot read {path}: {exc.strerror or exc}")]
+    except ValueError:
+        raise SweepError(f"{path} is larger than {MAX_RESULTS_BYTES >> 20} MiB: not a results file attnprof "
+                           f"wrote (about a million points); refused") from None
+    if data is None:
+        return [], []
     records, problems = [], []
     for line_no, (start, end) in enumerate(_line_spans(data), 1):
         raw = data[start:end]

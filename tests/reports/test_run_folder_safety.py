@@ -137,3 +137,24 @@ def test_a_read_only_home_adds_nothing_to_the_output(run, tmp_path):
                           capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr
     assert done.stderr == "" and done.stdout == f"report: {run / 'report.html'}\n"
+
+
+@pytest.mark.parametrize("name", ["results.jsonl", "gpu-types.json"])
+def test_report_never_reads_a_planted_link_or_fifo(run, tmp_path, name):
+    """A results file linked to a secret would have its lines copied aside as 'invalid'
+    and shown; a FIFO would hang the render. Both are refused in one line, exit 2."""
+    secret = tmp_path / "id_rsa"
+    secret.write_bytes(b"-----BEGIN PRIVATE KEY-----\n")
+    (run / name).unlink(missing_ok=True)
+    if name == "gpu-types.json":  # read only where there is no results file (a --gpu-types sweep's root)
+        (run / "results.jsonl").unlink()
+    (run / name).symlink_to(secret)
+    result = report(run, "--seconds", "0")
+    assert result.exit_code == 2, (result.exit_code, result.stderr, result.exception)
+    assert result.stderr.count("\n") == 1 and name in result.stderr, result.stderr
+    assert "PRIVATE" not in result.stderr + result.stdout
+    assert not any("quarantine" in p.name for p in run.iterdir())
+    (run / name).unlink()
+    os.mkfifo(run / name)
+    result = report(run, "--seconds", "0")
+    assert result.exit_code == 2 and "not a regular file" in result.stderr, (result.stderr, result.exception)

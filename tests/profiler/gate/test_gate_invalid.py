@@ -6,6 +6,7 @@ files are never written through a planted link."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from typer.testing import CliRunner
@@ -92,3 +93,20 @@ def test_gate_output_files_are_never_written_through_a_planted_link(sides, tmp_p
     gated = api.gate(run, baseline=baseline, json_out=run / "gate.json")
     assert gated.exit_code == 2 and "symbolic link" in gated.lines[-1]
     assert target.read_text() == "precious\n"
+
+
+def test_a_baseline_that_is_a_fifo_or_too_large_is_one_line_not_a_hang(sides, tmp_path, monkeypatch):
+    from attnprof.profiler.gate import baseline as baseline_file
+
+    run, baseline = sides
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    gated = api.gate(run, baseline=fifo)
+    assert gated.exit_code == 2 and len(gated.lines) == 1, gated.lines
+    monkeypatch.setattr(baseline_file, "MAX_BASELINE_BYTES", 16)
+    gated = api.gate(run, baseline=baseline)
+    assert gated.exit_code == 2 and "larger than" in gated.lines[0], gated.lines
+    linked = tmp_path / "linked.json"  # the user's own baseline may be a link: followed
+    linked.symlink_to(baseline)
+    monkeypatch.undo()
+    assert api.gate(run, baseline=linked).exit_code == 0

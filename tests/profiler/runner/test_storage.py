@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import json
 import math
+import os
 
 import pytest
 
@@ -82,8 +83,30 @@ def test_records_are_normalized_to_every_field(tmp_path):
 def test_missing_or_unreadable_results_are_no_crash(tmp_path):
     assert read_records_checked(tmp_path) == ([], [])
     (tmp_path / RESULTS_FILE).mkdir()
-    records, problems = read_records_checked(tmp_path)
-    assert records == [] and len(problems) == 1 and "cannot read" in problems[0].reason
+    with pytest.raises(UserError, match="not a regular file"):
+        read_records_checked(tmp_path)
+
+
+def test_results_are_never_read_through_a_link_a_fifo_or_without_bound(tmp_path, monkeypatch):
+    """A planted results.jsonl -> ~/.ssh/id_rsa would have its lines copied into the
+    folder's quarantine; a FIFO would block the report forever; /dev/zero would fill memory."""
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"-----BEGIN PRIVATE KEY-----\n")
+    cases = {"link": lambda p: p.symlink_to(secret), "fifo": os.mkfifo, "device": lambda p: p.symlink_to("/dev/zero")}
+    for name, plant in cases.items():
+        folder = tmp_path / name
+        folder.mkdir()
+        plant(folder / RESULTS_FILE)
+        with pytest.raises(UserError, match="symbolic link|not a regular file") as info:
+            read_records_checked(folder)
+        assert "\n" not in str(info.value)
+        assert sorted(p.name for p in folder.iterdir()) == [RESULTS_FILE], name  # nothing copied aside
+    big = tmp_path / "big"
+    big.mkdir()
+    (big / RESULTS_FILE).write_bytes(b"{}\n" * 10)
+    monkeypatch.setattr(storage, "MAX_RESULTS_BYTES", 8)
+    with pytest.raises(UserError, match="larger than"):
+        read_records_checked(big)
 
 
 @pytest.mark.parametrize("text, reason", [
