@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from attnprof.profiler import safeio
+from attnprof.profiler.forks import usable_cores
 from attnprof.profiler.predict.fake_run import predict
 from attnprof.profiler.runner.executors import EXECUTORS, Executor, make_executor
 from attnprof.profiler.runner.interrupts import Interrupted, Interrupts
@@ -86,6 +87,9 @@ class SweepSettings:
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise SweepError(f"{name} must be an integer >= {low}, got {value!r}")
+        if self.threads is not None and self.executor == "local" and self.threads > usable_cores():
+            # more would oversubscribe the point being timed, and 100000 crashed torch's thread pool
+            raise SweepError(f"threads {self.threads} is more than the {usable_cores()} CPU(s) this process may use")
         if self.executor not in EXECUTORS:
             raise SweepError(f"unknown executor {self.executor!r}; choose {' or '.join(EXECUTORS)}")
         if self.parallel is not None and (isinstance(self.parallel, bool) or not isinstance(self.parallel, int)

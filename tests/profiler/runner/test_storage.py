@@ -160,3 +160,12 @@ def test_lengths_beyond_int64_are_a_plan_error():
     with pytest.raises(PlanError, match="beyond what torch can address") as info:
         check_addressable(Shape(seq_len=1 << 31, d_model=32, heads=2))
     assert "\n" not in str(info.value)
+
+
+def test_more_torch_threads_than_usable_cores_is_refused_locally():
+    from attnprof.profiler.forks import usable_cores
+
+    with pytest.raises(SweepError, match=r"threads 100000 is more than the \d+ CPU"):
+        SweepSettings(device="cpu", threads=100000)
+    SweepSettings(device="cpu", threads=usable_cores())  # as many as there are: fine
+    SweepSettings(device="cpu", executor="ray", threads=64)  # a Ray node's cores are its own
