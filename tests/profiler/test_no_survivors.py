@@ -92,5 +92,7 @@ def test_parallel_is_capped_by_the_cores_and_by_the_points():
     try:
         assert executor.slots == 1 and len(executor.runners) == 1
         assert not any(r.alive for r in executor.runners)  # one point: its helper starts when it runs
+        assert executor.lanes == [({}, {}, {"device": "cpu"})]  # and it times with torch's threads, as alone
+        assert not any("share its cores" in w for w in warnings)  # no warning about slots that never run
     finally:
         executor.close()

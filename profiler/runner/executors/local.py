@@ -68,12 +68,14 @@ class LocalExecutor(Executor):
             self.warn(f"warning: --parallel {n} lowered to {cores}: this machine has {cores} usable core(s), "
                       f"and each point needs one")
             n = cores
-        if n > 1:
-            self.warn(f"warning: --parallel {n} on a CPU: the points share its cores, caches and memory bandwidth, "
-                      f"so their timings disturb each other (the tensor-tracker peaks stay exact)")
-            threads = s.threads or max(1, (os.cpu_count() or 1) // n)
-            return [({}, {"threads": threads}, {"device": "cpu", "threads": threads}) for _ in range(n)]
-        return [({}, {}, {"device": "cpu"})]
+        return self._cpu_lanes(n)
+
+    def _cpu_lanes(self, n: int) -> list[tuple[dict, dict, dict]]:
+        """n CPU slots: the cores split between them (one slot: torch's own thread count)."""
+        if n == 1:
+            return [({}, {}, {"device": "cpu"})]
+        threads = self.settings.threads or max(1, usable_cores() // n)
+        return [({}, {"threads": threads}, {"device": "cpu", "threads": threads}) for _ in range(n)]
 
     def _gpu_slot(self, index: int, entry: str) -> tuple[dict, dict, dict]:
         from attnprof.profiler.measure.host import default_memory_limit_bytes, device_environment
@@ -92,7 +94,11 @@ class LocalExecutor(Executor):
             if self.settings.parallel and self.settings.parallel > points:
                 self.warn(f"warning: --parallel {self.settings.parallel} lowered to {points}: "
                           f"only {points} point(s) to run")
-            self.lanes, self.slots = self.lanes[:points], points
+            cpu = self.settings.device == "cpu"
+            self.lanes, self.slots = (self._cpu_lanes(points) if cpu else self.lanes[:points]), points
+        if self.slots > 1 and self.settings.device == "cpu":  # said once, of the slots that will run
+            self.warn(f"warning: --parallel {self.slots} on a CPU: the points share its cores, caches and memory "
+                      f"bandwidth, so their timings disturb each other (the tensor-tracker peaks stay exact)")
         self.runners = [PointRunner(self.interrupts, env) for env, _, _ in self.lanes]
         if self.slots > 1:  # every helper imports torch at once, rather than one after the other
             for runner in self.runners:
