@@ -251,7 +251,7 @@ def within(fn: Callable, arg_tuples: list, seconds: float) -> list:
     deadline. Predictions run no real kernels and touch no GPU, so forking is safe."""
     import time
 
-    from attnprof.profiler.forks import autograd_fork_safe, fork_pool
+    from attnprof.profiler.forks import autograd_fork_safe, fork_pool, usable_cores
 
     deadline = time.monotonic() + seconds
     if not autograd_fork_safe():
@@ -261,7 +261,7 @@ def within(fn: Callable, arg_tuples: list, seconds: float) -> list:
                 break
             out.append(fn(*args))
         return out
-    pool = fork_pool(max(1, min(len(arg_tuples), os.cpu_count() or 1)))
+    pool = fork_pool(max(1, min(len(arg_tuples), usable_cores())))  # the cores this process may use
     out = []
     try:
         pending = [pool.apply_async(fn, args) for args in arg_tuples]

@@ -113,3 +113,16 @@ def test_a_process_keeps_to_its_warm_keys_then_takes_the_highest_rank():
     assert board.take(warm)[1] == ("full", 65536)  # then the highest rank (the first of equals)
     assert board.take(warm)[1] == ("lsh", 65536)
     assert ("full", 65536) in warm
+
+
+def test_within_sizes_its_pool_by_the_usable_cores_not_the_machines(monkeypatch):
+    """Under an affinity mask (taskset, a container's cpuset) the machine's count overstates."""
+    from attnprof.profiler import forks
+    from attnprof.profiler.predict.pool import within
+
+    sizes = []
+    real_pool = forks.fork_pool
+    monkeypatch.setattr(forks, "usable_cores", lambda: 1)
+    monkeypatch.setattr(forks, "fork_pool", lambda n: sizes.append(n) or real_pool(n))
+    assert within(pow, [(2, 3), (3, 2), (2, 2)], 60.0) == [8, 9, 4]
+    assert sizes == [1]
