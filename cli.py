@@ -319,6 +319,29 @@ def gate(run_dir: Annotated[Optional[Path], typer.Argument(help="a sweep's run f
     raise typer.Exit(result.exit_code)
 
 
+# --- export (issue 25) ---------------------------------------------------------------------------
+@app.command(epilog="[bold]Examples[/]\n\n"
+             "  attnprof export runs/ci --format csv > ci.csv\n\n"
+             "  attnprof export runs/ci --format parquet --out ci.parquet   [dim]# needs pyarrow: attnprof[parquet][/]\n\n"
+             "  attnprof export runs/ci --format benchmark-action --out bench.json   [dim]# docs/ci-gate.md[/]")
+def export(run_dir: Annotated[Path, typer.Argument(
+               help="a sweep's run folder, or a sweep --gpu-types OUT folder")],
+           format: Annotated[str, typer.Option(
+               "--format", "-f", metavar="FORMAT",
+               help="csv | parquet | json | benchmark-action (github-action-benchmark's customSmallerIsBetter)")]
+           = "csv",
+           out: Annotated[Optional[Path], typer.Option(
+               "--out", "-o", help="file to write (default: stdout; Parquet needs a file)")] = None):
+    """Write a run's records as a flat table (CSV, Parquet, JSON) or as github-action-benchmark's input."""
+    from attnprof import api
+
+    done = api.export(run_dir, format=format, out=out, log=lambda line: typer.echo(line, err=True))
+    if done.out is None:
+        typer.echo(done.data, nl=False)
+    else:
+        typer.echo(f"export: {done.records} record(s) as {done.format} in {done.out}", err=True)
+
+
 # --- the console entry point ---------------------------------------------------------------------
 # Commands that leave nothing behind once they return (output written, forked workers
 # joined, cache files renamed into place, no atexit work of their own): the console entry
