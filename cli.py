@@ -219,6 +219,10 @@ def sweep(scenario: ScenarioOpt = None,
               "--report/--no-report", rich_help_panel=OUTPUT, help="write report.html into the run folder")] = True,
           quiet: Annotated[bool, typer.Option(
               "--quiet", "-q", rich_help_panel=OUTPUT, help="no progress on stderr")] = False,
+          timeline: Annotated[bool, typer.Option(
+              "--timeline", rich_help_panel=OUTPUT,
+              help="--device cuda: each point's real memory snapshot (the allocator's history of its step) into "
+                   "RUN/timelines/NAME.real.memory.pickle, for pytorch.org/memory_viz")] = False,
           gpu: GpuOpt = None, gpu_file: GpuFileOpt = None,
           executor: Annotated[ExecutorChoice, typer.Option(
               "--executor", rich_help_panel=SCALE,
@@ -250,7 +254,7 @@ def sweep(scenario: ScenarioOpt = None,
     run = api.sweep(scenario, **api_keywords(flags), device=device, mem_limit=mem_limit, out=out, resume=resume, report=report, progress=not quiet,
                     on_start=banner, log=lambda line: typer.echo(line, err=True), gpus=gpu,
                     gpu_files=gpu_file or (), executor=executor.value, parallel=parallel, ray_address=ray_address,
-                    ray_cpus_per_point=ray_cpus_per_point, gpu_types=gpu_types)
+                    ray_cpus_per_point=ray_cpus_per_point, gpu_types=gpu_types, timeline=timeline)
     print_outcome(run)
     if run.interrupted:
         typer.echo(f"interrupted: every finished point is in {run.results_path}; "
