@@ -168,7 +168,8 @@ def record_cuda_memory(point: Point, record: PointRecord, device: str, timeline_
         history = MemoryHistory()
     try:
         with SdpaSpy() as spy:  # which SDPA kernel torch chose, read off the dispatcher (holds no tensor)
-            figures = cuda_memory_pass(work.step, torch.device(device), history=history)
+            pass_args = (work.step, torch.device(device))
+            figures = cuda_memory_pass(*pass_args, history=history) if history else cuda_memory_pass(*pass_args)
     finally:
         if history is not None:
             _save_snapshot(point, record, timeline_dir, history)

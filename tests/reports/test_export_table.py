@@ -121,3 +121,40 @@ def test_parquet_types_come_from_the_record_not_the_values():
 def test_synthetic_records_differ_by_point():
     a, b = (synthetic_record("sdpa", "plain", n).to_row() for n in (256, 512))
     assert point_name(a) != point_name(b)
+
+
+def test_parquet_hands_pyarrow_the_declared_schema_and_scalar_rows(monkeypatch):
+    """Without pyarrow here: a stand-in that records what ``to_parquet`` gives it (the real
+    round trip is the importorskip test above, run where pyarrow is installed)."""
+    import types
+
+    seen = {}
+    pa = types.ModuleType("pyarrow")
+    for name in ("int64", "float64", "bool_", "string"):
+        setattr(pa, name, lambda _n=name: _n)
+    pa.field = lambda name, kind: (name, kind)
+    pa.schema = lambda fields: list(fields)
+
+    class Table:
+        @staticmethod
+        def from_pylist(rows, schema):
+            seen["rows"], seen["schema"] = rows, schema
+            return "table"
+
+    class Sink:
+        def getvalue(self):
+            return types.SimpleNamespace(to_pybytes=lambda: b"PAR1")
+
+    pa.Table, pa.BufferOutputStream = Table, Sink
+    pq = types.ModuleType("pyarrow.parquet")
+    pq.write_table = lambda table, sink: seen.setdefault("written", table)
+    pa.parquet = pq
+    monkeypatch.setitem(sys.modules, "pyarrow", pa)
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", pq)
+    assert export_table.to_parquet(records()) == b"PAR1" and seen["written"] == "table"
+    schema = dict(seen["schema"])
+    assert schema["measured_peak_bytes"] == "int64" and schema["time_fwd_ms"] == "float64"
+    assert schema["forward_only"] == "bool_" and schema["variant"] == "string" and schema["time_ms"] == "float64"
+    assert schema["time_fwd_samples_ms"] == "string" and schema["predicted_breakdown_bytes.activations"] == "int64"
+    assert json.loads(seen["rows"][1]["time_fwd_samples_ms"]) == [0.5, 0.25]
+    assert not any(isinstance(v, (list, dict)) for row in seen["rows"] for v in row.values())
