@@ -82,18 +82,21 @@ class MemoryHistory:
     at exit ``snapshot`` is ``torch.cuda.memory._snapshot()`` (plain dicts and lists) and
     the recorder is off again, whether the step returned or raised."""
 
-    def __init__(self, max_entries: int = DEFAULT_MAX_ENTRIES):
+    def __init__(self, max_entries: int = DEFAULT_MAX_ENTRIES, device=None):
         if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
             raise ValueError(f"max_entries must be a positive integer, got {max_entries!r}")
-        self.max_entries = max_entries
+        self.max_entries, self.device = max_entries, device  # device: the one the step runs on (None: current)
         self.snapshot: Optional[dict] = None
         self.problem = ""  # why there is no snapshot, when there is none
 
     def __enter__(self) -> "MemoryHistory":
         import torch
 
+        # stacks="python": C++ frames would cost seconds of unwinding per step and add nothing
+        # the viewer needs to name our ops; clear_history: this step's events alone.
         torch.cuda.memory._record_memory_history(enabled="all", context="all", stacks="python",
-                                                 max_entries=self.max_entries)
+                                                 max_entries=self.max_entries, device=self.device,
+                                                 clear_history=True)
         return self
 
     def __exit__(self, *exc) -> None:

@@ -165,7 +165,7 @@ def record_cuda_memory(point: Point, record: PointRecord, device: str, timeline_
     if timeline_dir:
         from attnprof.profiler.gpumeasure.memory_history import MemoryHistory
 
-        history = MemoryHistory()
+        history = MemoryHistory(device=torch.device(device))
     try:
         with SdpaSpy() as spy:  # which SDPA kernel torch chose, read off the dispatcher (holds no tensor)
             pass_args = (work.step, torch.device(device))

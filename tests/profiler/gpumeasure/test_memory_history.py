@@ -47,7 +47,8 @@ def test_the_recorder_runs_around_the_step_alone(monkeypatch, fake_cuda):
     i = fake_cuda.index
     assert i("reset_peak_memory_stats") < i("record on") < i("step") < i("snapshot") < i("record off")
     assert fake_cuda[i("step") + 1] == "synchronize"  # every kernel done before the snapshot
-    assert recorder.kwargs[0]["max_entries"] == 1234 and recorder.kwargs[-1]["enabled"] is None
+    assert recorder.kwargs[0]["max_entries"] == 1234 and recorder.kwargs[0]["stacks"] == "python"
+    assert recorder.kwargs[0]["clear_history"] is True and recorder.kwargs[-1]["enabled"] is None
     assert history.snapshot == SNAPSHOT
 
 

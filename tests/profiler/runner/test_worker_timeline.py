@@ -123,3 +123,30 @@ def test_api_and_cli_refuse_a_cpu_timeline_before_any_folder(tmp_path):
                                       "--variant", "sdpa", "--max-len", "64", "--min-len", "64"])
     assert result.exit_code == 2 and result.stderr.count("\n") == 1 and "needs --device cuda" in result.stderr
     assert not out.exists()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_real_cuda_sweep_writes_a_snapshot_torch_reads(tmp_path):
+    import json
+    import pickletools
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "attnprof", "sweep", "--device", "cuda", "--timeline", "--variant",
+                           "sdpa", "--mode", "plain", "--min-len", "1024", "--max-len", "1024", "--d-model", "256",
+                           "--heads", "4", "--layers", "1", "--dtype", "bf16", "--repeats", "2", "--warmup", "1",
+                           "--no-report", "--quiet", "--out", str(out)], capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (rec,) = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert rec["status"] == "ok", rec["reason"]
+    (path,) = (out / "timelines").glob("*.real.memory.pickle")
+    data = path.read_bytes()
+    assert max(op.proto for op, _, _ in pickletools.genops(data)) <= 4
+    snap = pickle.loads(data)
+    allocs = [e for e in snap["device_traces"][0] if e["action"] == "alloc"]
+    assert allocs and max(e["size"] for e in allocs) > 0
+    stats = subprocess.run([sys.executable, "-m", "torch.cuda._memory_viz", "stats", str(path)], capture_output=True,
+                           text=True, timeout=120)
+    assert stats.returncode == 0, stats.stderr[-2000:]
