@@ -15,7 +15,7 @@ import re
 import pytest
 import torch
 
-from attnprof.profiler.gpumeasure import memory_history
+from attnprof.profiler.gpumeasure import devices, memory_history
 from attnprof.profiler.gpumeasure.allocator_pass import cuda_memory_pass
 from attnprof.profiler.gpumeasure.memory_history import (MemoryHistory, real_snapshot_path, snapshot_bytes,
                                                          timeline_name, timelines_folder, write_real_snapshot)
@@ -142,7 +142,7 @@ def test_max_entries_must_be_a_positive_integer():
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.skipif(not devices.cuda_available(), reason="needs a CUDA device")  # never poisons fork
 def test_a_real_step_gives_a_snapshot_torch_reads(tmp_path):
     device = torch.device("cuda", 0)
     torch.zeros(1, device=device)

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from attnprof import api
 from attnprof.cli import app
 from attnprof.errors import UserError
+from attnprof.profiler.gpumeasure import devices
 from attnprof.profiler.gpumeasure.memory_history import real_snapshot_path
 from attnprof.profiler.records import Point, PointRecord, Shape
 from attnprof.profiler.runner import worker
@@ -126,7 +127,7 @@ def test_api_and_cli_refuse_a_cpu_timeline_before_any_folder(tmp_path):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.skipif(not devices.cuda_available(), reason="needs a CUDA device")  # never poisons fork
 def test_a_real_cuda_sweep_writes_a_snapshot_torch_reads(tmp_path):
     import json
     import pickletools
