@@ -1,5 +1,5 @@
 """attnprof's command line: thin glue over ``attnprof.api`` (variants, scenarios,
-predict, sweep, report, gate).
+predict, sweep, report, gate, export).
 
 Exit codes: 0 done; 1 the gate found a memory regression; 2 a user mistake (one line
 ``error: ...`` on stderr, never a traceback); 128+N interrupted by signal N (130 Ctrl-C).
@@ -326,7 +326,7 @@ def gate(run_dir: Annotated[Optional[Path], typer.Argument(help="a sweep's run f
 # --- export (issue 25) ---------------------------------------------------------------------------
 @app.command(epilog="[bold]Examples[/]\n\n"
              "  attnprof export runs/ci --format csv > ci.csv\n\n"
-             "  attnprof export runs/ci --format parquet --out ci.parquet   [dim]# needs pyarrow: attnprof[parquet][/]\n\n"
+             "  attnprof export runs/ci --format parquet --out ci.parquet   [dim]# needs pyarrow: attnprof\\[parquet][/]\n\n"
              "  attnprof export runs/ci --format benchmark-action --out bench.json   [dim]# docs/ci-gate.md[/]")
 def export(run_dir: Annotated[Path, typer.Argument(
                help="a sweep's run folder, or a sweep --gpu-types OUT folder")],
