@@ -154,6 +154,8 @@ timeline() {
         run "$left" "${ATTNPROF[@]}" sweep --device cuda --timeline "${TL_POINT[@]}" --min-len "$TL_LEN" \
             --max-len "$TL_LEN" "${REPS[@]}" --point-timeout 60 --no-report --quiet --out "$dir/real-run" || return $?
         cp "$dir"/real-run/timelines/*.real.memory.pickle "$dir/real/" || return 1
+        "$PYTHON" -m torch.cuda._memory_viz stats "$(ls -1 "$dir"/real/*.real.memory.pickle | head -1)" \
+            > "$dir/real-stats.txt" || { echo "torch's reader cannot read the real snapshot"; return 1; }
         notes+=("real: $(ls -1 "$dir/real" | wc -l) snapshot(s)")
     fi
     pred="$(ls -1 "$dir"/predicted/*.memory.pickle 2>/dev/null | head -1)"
