@@ -1,5 +1,5 @@
 """attnprof's command line: thin glue over ``attnprof.api`` (variants, scenarios,
-predict, sweep, report, gate).
+predict, sweep, report, gate, export).
 
 Exit codes: 0 done; 1 the gate found a memory regression; 2 a user mistake (one line
 ``error: ...`` on stderr, never a traceback); 128+N interrupted by signal N (130 Ctrl-C).
@@ -219,6 +219,10 @@ def sweep(scenario: ScenarioOpt = None,
               "--report/--no-report", rich_help_panel=OUTPUT, help="write report.html into the run folder")] = True,
           quiet: Annotated[bool, typer.Option(
               "--quiet", "-q", rich_help_panel=OUTPUT, help="no progress on stderr")] = False,
+          timeline: Annotated[bool, typer.Option(
+              "--timeline", rich_help_panel=OUTPUT,
+              help="--device cuda: each point's real memory snapshot (the allocator's history of its step) into "
+                   "RUN/timelines/NAME.real.memory.pickle, for pytorch.org/memory_viz")] = False,
           gpu: GpuOpt = None, gpu_file: GpuFileOpt = None,
           executor: Annotated[ExecutorChoice, typer.Option(
               "--executor", rich_help_panel=SCALE,
@@ -250,7 +254,7 @@ def sweep(scenario: ScenarioOpt = None,
     run = api.sweep(scenario, **api_keywords(flags), device=device, mem_limit=mem_limit, out=out, resume=resume, report=report, progress=not quiet,
                     on_start=banner, log=lambda line: typer.echo(line, err=True), gpus=gpu,
                     gpu_files=gpu_file or (), executor=executor.value, parallel=parallel, ray_address=ray_address,
-                    ray_cpus_per_point=ray_cpus_per_point, gpu_types=gpu_types)
+                    ray_cpus_per_point=ray_cpus_per_point, gpu_types=gpu_types, timeline=timeline)
     print_outcome(run)
     if run.interrupted:
         typer.echo(f"interrupted: every finished point is in {run.results_path}; "
@@ -317,6 +321,29 @@ def gate(run_dir: Annotated[Optional[Path], typer.Argument(help="a sweep's run f
                       run_scenario=run, log=lambda line: typer.echo(line, err=line.startswith("error: ")),
                       skip_invalid=skip_invalid)
     raise typer.Exit(result.exit_code)
+
+
+# --- export (issue 25) ---------------------------------------------------------------------------
+@app.command(epilog="[bold]Examples[/]\n\n"
+             "  attnprof export runs/ci --format csv > ci.csv\n\n"
+             "  attnprof export runs/ci --format parquet --out ci.parquet   [dim]# needs pyarrow: attnprof\\[parquet][/]\n\n"
+             "  attnprof export runs/ci --format benchmark-action --out bench.json   [dim]# docs/ci-gate.md[/]")
+def export(run_dir: Annotated[Path, typer.Argument(
+               help="a sweep's run folder, or a sweep --gpu-types OUT folder")],
+           format: Annotated[str, typer.Option(
+               "--format", "-f", metavar="FORMAT",
+               help="csv | parquet | json | benchmark-action (github-action-benchmark's customSmallerIsBetter)")]
+           = "csv",
+           out: Annotated[Optional[Path], typer.Option(
+               "--out", "-o", help="file to write (default: stdout; Parquet needs a file)")] = None):
+    """Write a run's records as a flat table (CSV, Parquet, JSON) or as github-action-benchmark's input."""
+    from attnprof import api
+
+    done = api.export(run_dir, format=format, out=out, log=lambda line: typer.echo(line, err=True))
+    if done.out is None:
+        typer.echo(done.data, nl=False)
+    else:
+        typer.echo(f"export: {done.records} record(s) as {done.format} in {done.out}", err=True)
 
 
 # --- the console entry point ---------------------------------------------------------------------

@@ -17,10 +17,12 @@ notes passed to ``log``. torch, pandas and matplotlib are imported only when nee
 
 The modules: ``overrides`` (a scenario from keywords), ``predicting`` (predict, the GPU
 table, calibrate), ``sweeping`` (sweep), ``capacity`` (the report's capacity predictions
-after a sweep), ``reporting`` (report, gate).
+after a sweep), ``reporting`` (report, gate), ``exporting`` (export: CSV, Parquet,
+JSON, github-action-benchmark).
 """
 
 from attnprof.api.capacity import CAPACITY_SECONDS, capacity_for_report
+from attnprof.api.exporting import FORMATS as EXPORT_FORMATS, Exported, export
 from attnprof.api.overrides import build_scenario
 from attnprof.api.predicting import (PREDICT_LEN, CalibrationRun, Predictions, calibrate, default_memory_limit,
                                      gpu_table, predict)
@@ -29,7 +31,7 @@ from attnprof.api.sweeping import DEFAULT_SCENARIO, SweepRun, sweep
 from attnprof.arguments import ArgumentError, UsageProblem, checked, refuse_ignored
 from attnprof.scenarios.scenario import Scenario, load_scenario
 
-__all__ = ["ArgumentError", "CAPACITY_SECONDS", "CalibrationRun", "DEFAULT_SCENARIO", "GateRun", "PREDICT_LEN",
-           "Predictions", "REPORT_SECONDS", "Scenario", "SweepRun", "UsageProblem", "build_scenario", "calibrate",
-           "capacity_for_report", "checked", "default_memory_limit", "gate", "gpu_table", "load_scenario", "predict",
-           "refuse_ignored", "report", "sweep"]
+__all__ = ["ArgumentError", "CAPACITY_SECONDS", "CalibrationRun", "DEFAULT_SCENARIO", "EXPORT_FORMATS", "Exported",
+           "GateRun", "PREDICT_LEN", "Predictions", "REPORT_SECONDS", "Scenario", "SweepRun", "UsageProblem",
+           "build_scenario", "calibrate", "capacity_for_report", "checked", "default_memory_limit", "export", "gate",
+           "gpu_table", "load_scenario", "predict", "refuse_ignored", "report", "sweep"]

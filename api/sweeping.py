@@ -68,7 +68,7 @@ def sweep(scenario: Union[PathLike, Scenario, None] = DEFAULT_SCENARIO, *, devic
           gpus: Union[str, Sequence[str], None] = None, gpu_files: Sequence[PathLike] = (),
           executor: str = "local", parallel: Optional[int] = None, ray_address: Optional[str] = None,
           ray_cpus_per_point: Optional[float] = None, gpu_types: Union[str, Sequence[str], None] = None,
-          **overrides) -> SweepRun:
+          timeline: bool = False, **overrides) -> SweepRun:
     """Measure every variant x mode x length, each point in its own process, into ``out``
     (default ``runs/sweep-TIMESTAMP``): ``results.jsonl``, ``manifest.json`` and, with
     ``report``, ``report.html`` after the capacity predictions it needs. The scenario's
@@ -90,6 +90,12 @@ def sweep(scenario: Union[PathLike, Scenario, None] = DEFAULT_SCENARIO, *, devic
     cluster at ``ray_address`` (default RAY_ADDRESS, a running local cluster, else a new
     local one), one GPU or ``ray_cpus_per_point`` CPUs each. ``gpu_types`` (Ray; "all" or
     names such as "H100,A100"): the sweep once per GPU type, into ``out/<TYPE>/``.
+
+    ``timeline`` (a CUDA device, executor local): each point's REAL memory snapshot, the
+    caching allocator's history of its measured step, into
+    ``out/timelines/NAME.real.memory.pickle`` (pytorch.org/memory_viz opens it); refused in
+    one line on a CPU, where there is no allocator to record (``predict --timeline`` writes
+    the predicted one for any device).
     """
     from datetime import datetime
 
@@ -119,8 +125,13 @@ def sweep(scenario: Union[PathLike, Scenario, None] = DEFAULT_SCENARIO, *, devic
                              repeats=sc.repeats, point_timeout_s=sc.point_timeout_s, executor=executor,
                              parallel=parallel, ray_address=ray_address,
                              ray_cpus_per_point=1.0 if ray_cpus_per_point is None else ray_cpus_per_point,
-                             mem_limit_from_device=limit is None)
+                             mem_limit_from_device=limit is None, timeline=timeline)
     _check_run_folder(run, resume, report)
+    if timeline:  # issue 25: a planted link where the snapshots go is refused before any work
+        from attnprof.profiler import safeio
+        from attnprof.profiler.gpumeasure.memory_history import TIMELINES_DIR
+
+        safeio.refuse_link(run.out / TIMELINES_DIR)
     cache.check_folder()  # its one warning before the banner and any point's process
     if on_start:
         on_start(run)

@@ -14,13 +14,16 @@
 # environment (torch, CUDA, cuDNN, driver, device, the SDPA backend torch picks for the
 # check's shapes), gpu-tests (pytest -m gpu, a real one-point --device cuda sweep among
 # them), sweep (14 points: sdpa and full x plain and checkpoint x 4K-16K, lsh and
-# sparse_strided at 8K), compare (predicted vs allocator vs NVML), gpu-model (the GPU
+# sparse_strided at 8K), compare (predicted vs allocator vs NVML), timeline (one point's
+# predicted and real memory snapshots; dry run: the predicted one and the CPU refusal), gpu-model (the GPU
 # memory model vs measured, each point in a fresh process), time (the time model vs measured).
 #
 # $OUT receives at most 8 files: summary.txt (one line per stage, with its headline),
-# comparison.csv, gpu-model.csv, time-comparison.csv, and gpu-check.tgz (every log, the raw
-# records, environment.json), refreshed after each stage and once more on exit, so a killed
-# run still returns what it has. On a CPU machine, `python scripts/gpu_report.py OUT` turns
+# comparison.csv, gpu-model.csv, time-comparison.csv, timeline-pair.tgz (stage timeline, issue
+# 25: one small point's predicted snapshot + trace, `predict --gpu h200 --timeline`, and its
+# real snapshot, `sweep --device cuda --timeline`, with compare-timelines' report), and
+# gpu-check.tgz (every log, the raw records, environment.json), refreshed after each stage
+# and once more on exit, so a killed run still returns what it has. On a CPU machine, `python scripts/gpu_report.py OUT` turns
 # the folder into docs/measured-gpu.md. See docs/gpu.md.
 set -uo pipefail
 
@@ -48,7 +51,7 @@ FAILED=0
 say() { echo "$*" | tee -a "$OUT/summary.txt"; }
 pack() {  # everything but the few top-level files, in one tarball ($OUT takes 8 files)
     cp -f "$OUT/summary.txt" "$WORK/summary.txt" 2>/dev/null
-    tar -czf "$OUT/gpu-check.tgz.tmp" -C "$WORK" --exclude=py --exclude=cache . 2>/dev/null \
+    tar -czf "$OUT/gpu-check.tgz.tmp" -C "$WORK" --exclude=py --exclude=cache --exclude=timeline . 2>/dev/null \
         && mv -f "$OUT/gpu-check.tgz.tmp" "$OUT/gpu-check.tgz"
 }
 finish() { pack; rm -rf "$WORK"; }
@@ -122,9 +125,55 @@ time_model() {
         --environment "$WORK/environment.json" --doc "$WORK/time.md"
 }
 
-WANTED=" ${STAGES:-environment gpu-tests sweep compare gpu-model time} "
+# --- issue 25: timeline --- one small point, its predicted and real memory snapshots side by side.
+# The predicted side needs `predict --timeline` and the comparison `compare-timelines` (profiler/timeline,
+# another change of issue 25): where this checkout lacks either, that part is skipped and the headline says so.
+TL_POINT=(--variant sdpa --mode plain --d-model 256 --heads 4 --layers 1 --dtype bf16 --batch 1)
+TL_LEN=2048
+has_flag() { "${ATTNPROF[@]}" "$1" --help 2>/dev/null | grep -q -- "$2"; }
+timeline() {
+    local dir="$WORK/timeline" notes=() left pred real
+    mkdir -p "$dir/predicted" "$dir/real"
+    if has_flag predict --timeline; then
+        run "$1" "${ATTNPROF[@]}" predict "${TL_POINT[@]}" --seq-len "$TL_LEN" --gpu h200 --timeline "$dir/predicted" \
+            > "$dir/predict.txt" || return $?
+        notes+=("predicted: $(ls -1 "$dir/predicted" | wc -l) file(s)")
+    else
+        notes+=("predicted: skipped (this checkout's predict has no --timeline yet)")
+    fi
+    left=$(( $1 - (SECONDS - STAGE_START) ))
+    [ "$left" -ge 5 ] || return 124
+    if [ "$DRY" = 1 ]; then  # no allocator to record on a CPU: the refusal is the code path to check
+        if "${ATTNPROF[@]}" sweep --device cpu --timeline "${TL_POINT[@]}" --min-len "$TL_LEN" --max-len "$TL_LEN" \
+            --no-report --quiet --out "$dir/real-run" 2> "$dir/refusal.txt"; then
+            echo "sweep --device cpu --timeline was not refused"; return 1
+        fi
+        grep -q "needs --device cuda" "$dir/refusal.txt" || { cat "$dir/refusal.txt"; return 1; }
+        notes+=("real: refused on the CPU, as it must be")
+    else
+        run "$left" "${ATTNPROF[@]}" sweep --device cuda --timeline "${TL_POINT[@]}" --min-len "$TL_LEN" \
+            --max-len "$TL_LEN" "${REPS[@]}" --point-timeout 60 --no-report --quiet --out "$dir/real-run" || return $?
+        cp "$dir"/real-run/timelines/*.real.memory.pickle "$dir/real/" || return 1
+        "$PYTHON" -m torch.cuda._memory_viz stats "$(ls -1 "$dir"/real/*.real.memory.pickle | head -1)" \
+            > "$dir/real-stats.txt" || { echo "torch's reader cannot read the real snapshot"; return 1; }
+        notes+=("real: $(ls -1 "$dir/real" | wc -l) snapshot(s)")
+    fi
+    pred="$(ls -1 "$dir"/predicted/*.memory.pickle 2>/dev/null | head -1)"
+    real="$(ls -1 "$dir"/real/*.real.memory.pickle 2>/dev/null | head -1)"
+    if [ -n "$pred" ] && [ -n "$real" ] && "${ATTNPROF[@]}" --help 2>/dev/null | grep -q compare-timelines; then
+        left=$(( $1 - (SECONDS - STAGE_START) ))
+        run "$left" "${ATTNPROF[@]}" compare-timelines "$pred" "$real" | tee "$dir/compare.txt"
+        notes+=("compared: $(head -1 "$dir/compare.txt" | cut -c1-120)")
+    fi
+    rm -rf "$dir/real-run/timelines"  # the snapshot is in real/; the run's records stay
+    tar -czf "$OUT/timeline-pair.tgz.tmp" -C "$dir" . && mv -f "$OUT/timeline-pair.tgz.tmp" "$OUT/timeline-pair.tgz" \
+        || return 1
+    echo "HEADLINE: $(IFS=';'; echo "${notes[*]}" | sed 's/;/; /g'); timeline-pair.tgz $(du -k "$OUT/timeline-pair.tgz" | cut -f1) KiB"
+}
+
+WANTED=" ${STAGES:-environment gpu-tests sweep compare timeline gpu-model time} "
 for entry in environment:60:environment gpu-tests:120:gpu_tests sweep:150:sweep compare:30:compare \
-             gpu-model:120:gpu_model time:30:time_model; do
+             timeline:90:timeline gpu-model:120:gpu_model time:30:time_model; do
     IFS=: read -r name cap fn <<< "$entry"
     if [[ "$WANTED" == *" $name "* ]]; then STAGE_START=$SECONDS; stage "$name" "$cap" "$fn"; fi
 done

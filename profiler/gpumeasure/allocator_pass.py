@@ -7,7 +7,8 @@ Runs in a point's own worker process, where CUDA may be initialised (docs/gpu.md
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from contextlib import nullcontext
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -21,19 +22,22 @@ def _cuda_index(device: Any) -> int:
     return dev.index if dev.index is not None else torch.cuda.current_device()
 
 
-def cuda_memory_pass(step: Callable[[], None], device: Any) -> dict:
+def cuda_memory_pass(step: Callable[[], None], device: Any, history: Optional[Any] = None) -> dict:
     """Run ``step`` once and return its allocator and NVML memory figures (PointRecord fields).
 
     The allocator cache is emptied and its peak reset first, so the peak is this
     step's alone. We synchronize inside the sampler: kernels run asynchronously, and
     the sampler must still be polling while they do. An exception in ``step`` (a
     CUDA OOM) propagates after the sampler has stopped; the caller records it.
+    ``history`` (a memory_history.MemoryHistory, ``sweep --timeline``): the allocator's
+    recorder runs around the step alone, after the reset, and its snapshot is taken after
+    the last synchronize (the recorder allocates no device memory: the peak is unchanged).
     """
     index = _cuda_index(device)
     torch.cuda.synchronize(index)
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats(index)
-    with NvmlSampler(index) as sampler:
+    with history if history is not None else nullcontext(), NvmlSampler(index) as sampler:
         step()
         torch.cuda.synchronize(index)
     baseline, note = sampler.baseline_process_bytes, sampler.note

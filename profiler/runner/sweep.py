@@ -75,6 +75,9 @@ class SweepSettings:
     time_rates: Optional[dict] = None  # this CPU's calibrated Rates (as a dict)
     time_gpu: str = ""  # the GPU table key of the CUDA device the points run on
     test_hook: str = field(default_factory=lambda: os.environ.get("ATTNPROF_TEST_HOOK", ""))
+    # --- issue 25: real memory snapshots (sweep --timeline; gpumeasure/memory_history.py) ---
+    timeline: bool = False  # each CUDA point's allocator history into RUN/timelines/NAME.real.memory.pickle
+    timeline_dir: str = ""  # set by run_sweep (RUN/timelines, checked), read by the workers
 
     def __post_init__(self):
         """Checked once, whoever builds them: a NaN or infinite timeout would never fire."""
@@ -103,6 +106,19 @@ class SweepSettings:
         if self.executor == "ray" and self.parallel is not None:
             raise SweepError("--parallel is for --executor local; on Ray every free GPU (or --ray-cpus-per-point "
                              "CPUs) of the cluster runs a point")
+        self._check_timeline()
+
+    def _check_timeline(self) -> None:
+        """--timeline records the CUDA allocator's own history: a CUDA device, this machine."""
+        if not self.timeline:
+            return
+        if self.executor == "ray":
+            raise SweepError("--timeline writes each point's real memory snapshot into the run folder, which a "
+                             "Ray worker on another node cannot reach; use --executor local")
+        if not str(self.device).startswith("cuda"):
+            raise SweepError(f"--timeline records the CUDA allocator's real memory snapshot and needs --device cuda "
+                             f"(this sweep runs on {self.device}); for a predicted timeline of any point: "
+                             f"attnprof predict ... --timeline DIR")
 
     def for_child(self) -> dict:
         return dict(self.__dict__)
@@ -190,6 +206,10 @@ def run_sweep(scenario: Scenario, out_dir: Path, settings: SweepSettings, *, res
             interrupts.check()
             done = _prepare(out_dir, scenario, settings, resume, executor)
             _set_time_model(settings)
+            if settings.timeline:  # issue 25: the workers write RUN/timelines/NAME.real.memory.pickle
+                from attnprof.profiler.gpumeasure.memory_history import timelines_folder
+
+                settings.timeline_dir = str(timelines_folder(out_dir).resolve())
             summary.kept = sum(1 for s in plan for p in s if p.key() in done)
             progress = Progress(total, enabled=show_progress, already=summary.kept)
             _run_plan(plan, done, settings, executor, interrupts, progress, summary, on_record)

@@ -19,6 +19,7 @@ import time
 import traceback
 from datetime import datetime, timezone
 from multiprocessing.connection import Connection
+from pathlib import Path
 
 import psutil
 import torch
@@ -128,7 +129,7 @@ def measure_point(point: Point, settings: dict) -> PointRecord:
         if device == "cpu":
             _cpu_memory_pass(point, record)
         else:
-            record_cuda_memory(point, record, device)
+            record_cuda_memory(point, record, device, settings.get("timeline_dir") or "")
         memory_pass_s = time.perf_counter() - memory_started
         _timing_pass(point, record, settings, memory_pass_s)
     except Exception as exc:  # noqa: BLE001 - any failure of one point is that point's result
@@ -152,20 +153,41 @@ def _cpu_memory_pass(point: Point, record: PointRecord) -> None:
                     "the real run executed different ops than the fake one")
 
 
-def record_cuda_memory(point: Point, record: PointRecord, device: str) -> None:
+def record_cuda_memory(point: Point, record: PointRecord, device: str, timeline_dir: str = "") -> None:
+    """The allocator's figures of one step; with ``timeline_dir`` (``sweep --timeline``) also
+    its real memory snapshot, written there (an OOM's too: the exception still propagates)."""
     from attnprof.profiler.gpumeasure.allocator_pass import cuda_memory_pass
     from attnprof.profiler.gpumeasure.sdpa_spy import SdpaSpy
 
     torch.manual_seed(0)
     work = Workload(point, device)
-    with SdpaSpy() as spy:  # which SDPA kernel torch chose, read off the dispatcher (holds no tensor)
-        figures = cuda_memory_pass(work.step, torch.device(device))
+    history = None
+    if timeline_dir:
+        from attnprof.profiler.gpumeasure.memory_history import MemoryHistory
+
+        history = MemoryHistory(device=torch.device(device))
+    try:
+        with SdpaSpy() as spy:  # which SDPA kernel torch chose, read off the dispatcher (holds no tensor)
+            pass_args = (work.step, torch.device(device))
+            figures = cuda_memory_pass(*pass_args, history=history) if history else cuda_memory_pass(*pass_args)
+    finally:
+        if history is not None:
+            _save_snapshot(point, record, timeline_dir, history)
     for key, value in figures.items():
         setattr(record, key, value)
     record.measured_by = "cuda-allocator"
     record.gpu_sdpa_backend_measured = spy.summary()
     record.cudnn_version = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
     del work
+
+
+def _save_snapshot(point: Point, record: PointRecord, timeline_dir: str, history) -> None:
+    from attnprof.profiler.gpumeasure.memory_history import write_real_snapshot
+
+    _, problem = write_real_snapshot(Path(timeline_dir), point.identity(), history)
+    history.snapshot = None  # the host memory it holds goes before the timing pass
+    if problem:
+        _add_reason(record, problem)
 
 
 # A memory pass at least this long has already warmed this process up (thread pool, allocator,

@@ -1,0 +1,128 @@
+"""The REAL memory snapshot of a point on a GPU (``sweep --device cuda --timeline``): the CUDA
+caching allocator's own history of the measured step, in the format pytorch.org/memory_viz
+opens, beside the predicted one (``predict --timeline``) to compare event by event.
+
+Why torch's recorder and not ours: on a GPU the allocator is the truth (segments, blocks,
+the kernels' workspaces), and ``torch.cuda.memory._record_memory_history`` records exactly
+it. ``MemoryHistory`` turns the recorder on just before the measured step and takes
+``torch.cuda.memory._snapshot()`` right after (also when the step ran out of memory: that
+snapshot is the one a user wants most), then turns it off. We pickle the snapshot
+ourselves (protocol 4: the viewer's unpickler reads 2-4) and write it with
+``safeio.write_atomic``, never through a planted link, instead of ``_dump_snapshot``,
+which opens the path with ``open(path, "wb")`` and follows one.
+
+The recorder keeps host-side stack records only: it allocates no device memory, so the
+allocator's peak (``measured_peak_bytes``) is the same with it on. The CPU path never
+comes here (the worker calls this only for a CUDA device).
+
+File names (``timeline_name``): one safe name per point, letters, digits, '.', '_', '-'
+only (a variant label from a file is data), the same scheme as the predicted files'
+(profiler/timeline; the lead unifies the two functions on merge).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import re
+import stat
+from pathlib import Path
+from typing import Optional
+
+from attnprof.profiler import safeio
+from attnprof.profiler.records import key_of_record
+
+TIMELINES_DIR = "timelines"  # RUN/timelines/, beside results.jsonl
+REAL_SUFFIX = ".real.memory.pickle"
+# Trace entries the recorder keeps (a ring buffer: the oldest go first). A step of the GPU
+# check's points makes a few thousand allocations and frees; 100k keeps every one of a
+# 64K-token point's and bounds the file (~200 B an entry before compression).
+DEFAULT_MAX_ENTRIES = 100_000
+PICKLE_PROTOCOL = 4  # torch/utils/viz/MemoryViz.js unpickles protocols 2-4 only
+_UNSAFE = re.compile(r"[^A-Za-z0-9._]+")  # a run of anything else (dashes too) becomes one "-"
+_SLUG_CHARS = 80
+
+
+def timeline_name(identity: dict) -> str:
+    """A point's file-name stem: 'lsh-n_hashes-8-plain-n8192-1a2b3c4d5e'. Readable words of
+    its variant, mode (or 'attention') and length, then a digest of its whole identity
+    (``key_of_record``), so two points never share a name and a hostile label cannot
+    escape the folder ('/', '..', control characters become '-')."""
+    where = "attention" if identity.get("scope") == "attention" else str(identity.get("mode"))
+    words = f"{identity.get('variant')}-{where}-n{identity.get('seq_len')}"
+    slug = _UNSAFE.sub("-", words).strip("-.")[:_SLUG_CHARS].strip("-.") or "point"
+    digest = hashlib.sha256(json.dumps(key_of_record(identity), default=str).encode("utf-8")).hexdigest()[:10]
+    return f"{slug}-{digest}"
+
+
+def real_snapshot_path(folder: Path, identity: dict) -> Path:
+    return Path(folder) / (timeline_name(identity) + REAL_SUFFIX)
+
+
+def timelines_folder(run_dir: Path) -> Path:
+    """``RUN/timelines``, created if absent; LinkRefused when it is a link or not a folder
+    (files written into a planted link to a folder would land outside the run)."""
+    folder = Path(run_dir) / TIMELINES_DIR
+    safeio.refuse_link(folder)
+    try:
+        os.mkdir(folder, 0o755)
+    except FileExistsError:
+        pass
+    info = os.lstat(folder)
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        raise safeio.LinkRefused(f"{folder} is not a folder; attnprof never writes through it (a run folder is "
+                                 f"data): remove it and run again")
+    return folder
+
+
+class MemoryHistory:
+    """A context manager around a measured CUDA step: the allocator's recorder on at enter;
+    at exit ``snapshot`` is ``torch.cuda.memory._snapshot()`` (plain dicts and lists) and
+    the recorder is off again, whether the step returned or raised."""
+
+    def __init__(self, max_entries: int = DEFAULT_MAX_ENTRIES, device=None):
+        if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
+            raise ValueError(f"max_entries must be a positive integer, got {max_entries!r}")
+        self.max_entries, self.device = max_entries, device  # device: the one the step runs on (None: current)
+        self.snapshot: Optional[dict] = None
+        self.problem = ""  # why there is no snapshot, when there is none
+
+    def __enter__(self) -> "MemoryHistory":
+        import torch
+
+        # stacks="python": C++ frames would cost seconds of unwinding per step and add nothing
+        # the viewer needs to name our ops; clear_history: this step's events alone.
+        torch.cuda.memory._record_memory_history(enabled="all", context="all", stacks="python",
+                                                 max_entries=self.max_entries, device=self.device,
+                                                 clear_history=True)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import torch
+
+        try:
+            self.snapshot = torch.cuda.memory._snapshot()
+        except Exception as error:  # noqa: BLE001 - the measurement stands without its snapshot
+            self.problem = f"{type(error).__name__}: {' '.join(str(error).split())[:200]}"
+        finally:
+            torch.cuda.memory._record_memory_history(enabled=None)
+
+
+def snapshot_bytes(snapshot: dict) -> bytes:
+    """The snapshot as the viewer reads it: pickle protocol 4."""
+    return pickle.dumps(snapshot, protocol=PICKLE_PROTOCOL)
+
+
+def write_real_snapshot(folder: Path, identity: dict, history: MemoryHistory) -> tuple[Optional[Path], str]:
+    """Write ``history``'s snapshot for the point into ``folder``: (its path, '') or (None, why not).
+    Never raises for the file: a point's measurement outweighs its snapshot."""
+    if history.snapshot is None:
+        return None, f"no real memory snapshot ({history.problem or 'none taken'})"
+    path = real_snapshot_path(folder, identity)
+    try:
+        safeio.write_atomic(path, snapshot_bytes(history.snapshot))
+    except (OSError, safeio.LinkRefused) as exc:
+        return None, f"real memory snapshot not written: {' '.join(str(exc).split())[:200]}"
+    return path, ""
