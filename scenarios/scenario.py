@@ -134,6 +134,9 @@ class Scenario:
             b = self.batch_for(n)
             scores = b * self.heads * n * n  # the dense attention scores, (B, h, n, n)
             hidden = b * n * d_ff  # the feed-forward's hidden activations (swiglu: two of them, each this size)
+            if hidden > scores and hidden * dtype_bytes > INT64_MAX:  # issue 24: a wide --ffn-dim
+                return (f"seq_len {n} is too long: a {b}x{n}x{_power(d_ff)} feed-forward hidden tensor "
+                        f"({_power(hidden)} elements of {dtype_bytes} bytes) overflows int64")
             if max(scores, hidden) * dtype_bytes > INT64_MAX:
                 return (f"seq_len {n} is too long: a {b}x{self.heads}x{n}x{n} attention score tensor "
                         f"({_power(scores)} elements of {dtype_bytes} bytes) overflows int64")
