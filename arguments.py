@@ -140,7 +140,9 @@ def refuse_ignored(sc, **given) -> None:
         raise UsageProblem("--tokens-per-batch sets the batch per length (tokens / length); --batch would be ignored")
     scope = given.get("scope")
     if (scope if scope is not None else sc.scope) == "attention":
-        flags = [flag for flag, name in (("--mode", "modes"), ("--layers", "layers"), ("--ff-chunks", "ff_chunks"))
+        flags = [flag for flag, name in (("--mode", "modes"), ("--layers", "layers"), ("--ff-chunks", "ff_chunks"),
+                                         # --- issue 24: block options ---
+                                         ("--mlp", "mlp"), ("--ffn-dim", "ffn_dim"), ("--norm", "norm"))
                  if given.get(name) is not None]
         if flags:
             raise UsageProblem(f"scope attention profiles the attention core alone; {', '.join(flags)} "

@@ -21,6 +21,9 @@ from attnprof.errors import UserError
 DTYPES = ("float32", "float64", "bfloat16", "float16")  # names of torch dtypes
 DTYPE_ALIASES = {"fp32": "float32", "fp64": "float64", "bf16": "bfloat16", "fp16": "float16", "half": "float16"}
 DTYPE_BYTES = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}
+# --- issue 24: block options ---
+MLPS = ("gelu", "swiglu")  # the feed-forward: GELU MLP (Vaswani 2017; GPT-2) | SwiGLU (Shazeer 2020; Llama)
+NORMS = ("layernorm", "rmsnorm")  # every norm of the stack: LayerNorm (Ba 2016) | RMSNorm (Zhang & Sennrich 2019)
 
 
 class ShapeError(UserError):
@@ -34,6 +37,15 @@ def canonical_dtype(name: str) -> str:
     return name
 
 
+def later(default, *, choices: tuple = (), kind: str = ""):
+    """A Shape field added after the first records were written (the training-step options,
+    issue 24). A record, a baseline or a cache entry written before it lacks it, and means
+    its ``default`` (``IDENTITY_DEFAULTS``), which is today's behaviour. ``choices``: the
+    allowed texts; ``kind``: "amount" (an int >= 0, 0 = off) or "switch" (true/false);
+    neither: a positive int."""
+    return field(default=default, metadata={"later": True, "choices": choices, "kind": kind})
+
+
 @dataclass(frozen=True)
 class Shape:
     seq_len: int = 1024  # tokens per sequence (n)
@@ -44,6 +56,10 @@ class Shape:
     dtype: str = "float32"  # one of DTYPES
     ff_mult: int = 4  # d_ff = ff_mult * d_model (Vaswani 2017)
     ff_chunks: int = 1  # >1: feed-forward applied in sequence chunks (Reformer §3)
+    # --- issue 24: block options (scenarios/stack/layers.py) ---
+    mlp: str = later("gelu", choices=MLPS)  # gelu: Linear-GELU-Linear; swiglu: w2(silu(w1 x) * w3 x), no biases
+    ffn_dim: int = later(0, kind="amount")  # the MLP's hidden width d_ff; 0 = ff_mult * d_model (see d_ff)
+    norm: str = later("layernorm", choices=NORMS)  # the pre-norms of every block and the final norm
 
     def __post_init__(self):
         object.__setattr__(self, "dtype", canonical_dtype(self.dtype))
@@ -57,6 +73,13 @@ class Shape:
     @property
     def head_dim(self) -> int:
         return self.d_model // self.heads
+
+    # --- issue 24: block options ---
+    @property
+    def d_ff(self) -> int:
+        """The feed-forward's hidden width: ``ffn_dim``, or ``ff_mult * d_model`` when it is 0.
+        A SwiGLU MLP has two hidden tensors this wide (w1 x and w3 x) and three weights."""
+        return self.ffn_dim or self.ff_mult * self.d_model
 
     @property
     def torch_dtype(self):
@@ -73,15 +96,6 @@ class Shape:
 
     def to_dict(self) -> dict:
         return {**asdict(self), "head_dim": self.head_dim}
-
-
-def later(default, *, choices: tuple = (), kind: str = ""):
-    """A Shape field added after the first records were written (the training-step options,
-    issue 24). A record, a baseline or a cache entry written before it lacks it, and means
-    its ``default`` (``IDENTITY_DEFAULTS``), which is today's behaviour. ``choices``: the
-    allowed texts; ``kind``: "amount" (an int >= 0, 0 = off) or "switch" (true/false);
-    neither: a positive int."""
-    return field(default=default, metadata={"later": True, "choices": choices, "kind": kind})
 
 
 def _field_problem(f, value) -> Optional[str]:
@@ -217,6 +231,10 @@ class PointRecord:
     dtype: str
     ff_mult: int = 4
     ff_chunks: int = 1
+    # --- issue 24: block options ---
+    mlp: str = "gelu"
+    ffn_dim: int = 0
+    norm: str = "layernorm"
     forward_only: bool = False
     # --- outcome ---
     status: str = "ok"  # one of STATUSES

@@ -90,6 +90,17 @@ FIELDS: tuple[Field, ...] = (
           "--ff-chunks", SHAPE),
     Field("forward_only", Optional[bool], "", False, "forward pass only, no backward", "--forward-only", SHAPE,
           kind="switch"),
+    # --- issue 24: block options (scenarios/stack/layers.py) ---
+    Field("mlp", Optional[str], "", "gelu",
+          "feed-forward: gelu (Linear-GELU-Linear) | swiglu (w2(silu(w1 x) * w3 x), no biases; Shazeer 2020, Llama)",
+          "--mlp", SHAPE, kind="text", metavar="gelu|swiglu"),
+    Field("ffn_dim", Optional[int], "channels", 0,
+          "the feed-forward's hidden width d_ff; 0 = 4 x d_model (for swiglu: Llama's intermediate_size)",
+          "--ffn-dim", SHAPE, kind="amount", refuse_upto=-1, metavar="N",
+          refusal="must be a positive width (or 0 for 4 x d_model), got {value}"),
+    Field("norm", Optional[str], "", "layernorm",
+          "every norm of the stack: layernorm | rmsnorm (Zhang & Sennrich 2019; torch's nn.RMSNorm)",
+          "--norm", SHAPE, kind="text", metavar="layernorm|rmsnorm"),
     # --- sequence lengths ------------------------------------------------------------------------------------------
     Field("seq_lens", Optional[Sequence[int]], "tokens", (),  # explicit lengths; empty = powers of two min..max
           "a sequence length, repeatable", "--seq-len", LENGTHS, kind="lengths", refuse_upto=0, refusal=_LENGTH,

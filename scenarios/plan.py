@@ -35,9 +35,16 @@ def shape_at(scenario: Scenario, seq_len: int) -> Shape:
     if seq_len <= 0:
         raise PlanError(f"sequence length must be positive, got {seq_len}")
     shape = Shape(batch=scenario.batch_for(seq_len), seq_len=seq_len, d_model=scenario.d_model,
-                  heads=scenario.heads, layers=scenario.layers, dtype=scenario.dtype, ff_chunks=scenario.ff_chunks)
+                  heads=scenario.heads, layers=scenario.layers, dtype=scenario.dtype, ff_chunks=scenario.ff_chunks,
+                  **block_options(scenario))
     check_addressable(shape)
     return shape
+
+
+# --- issue 24: block options ---
+def block_options(scenario: Scenario) -> dict:
+    """The Shape fields of the block's parts: its feed-forward, its width and its norms."""
+    return {"mlp": scenario.mlp, "ffn_dim": scenario.ffn_dim, "norm": scenario.norm}
 
 
 def check_addressable(shape: Shape) -> None:
@@ -46,7 +53,7 @@ def check_addressable(shape: Shape) -> None:
     or the feed-forward's n x d_ff activations; a one-line PlanError, never an overflow."""
     itemsize = DTYPE_BYTES[shape.dtype]
     sizes = {"batch x heads x n^2 attention scores": shape.batch * shape.heads * shape.seq_len ** 2,
-             "batch x n x d_ff feed-forward activations": shape.batch * shape.seq_len * shape.d_model * shape.ff_mult}
+             "batch x n x d_ff feed-forward activations": shape.batch * shape.seq_len * shape.d_ff}  # swiglu: two
     for what, elements in sizes.items():
         if elements * itemsize > INT64_MAX:
             raise PlanError(f"sequence length {shape.seq_len} is beyond what torch can address: {what} would be "

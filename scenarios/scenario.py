@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from attnprof.errors import UserError
-from attnprof.profiler.records import DTYPE_BYTES, ShapeError, canonical_dtype
+from attnprof.profiler.records import DTYPE_BYTES, MLPS, NORMS, ShapeError, canonical_dtype
 from attnprof.profiler.units import INT64_MAX
 from attnprof.scenarios.fields import BY_NAME, default, names_of
 
@@ -62,6 +62,10 @@ class Scenario:
     dtype: str = default("dtype")
     ff_chunks: int = default("ff_chunks")
     forward_only: bool = default("forward_only")
+    # --- issue 24: block options ---
+    mlp: str = default("mlp")
+    ffn_dim: int = default("ffn_dim")
+    norm: str = default("norm")
     repeats: int = default("repeats")
     warmup: int = default("warmup")
     point_timeout_s: float = default("point_timeout_s")
@@ -106,6 +110,10 @@ class Scenario:
             dtype = canonical_dtype(self.dtype)
         except ShapeError as exc:
             raise ScenarioError(f"scenario {where}: {exc}") from None
+        # --- issue 24: block options ---
+        for key, allowed in (("mlp", MLPS), ("norm", NORMS)):
+            value = getattr(self, key)
+            need(value in allowed, f"{key} must be one of {', '.join(allowed)}, got {_shown(value)}")
         problem = self._size_problem(DTYPE_BYTES[dtype])
         need(problem is None, problem or "")
         if self.tokens_per_batch:
@@ -116,14 +124,19 @@ class Scenario:
     def _size_problem(self, dtype_bytes: int) -> str | None:
         """Why some tensor of this scenario could not exist: its element count or byte size
         beyond int64 (torch's sizes, and the byte counts attnprof records, are int64)."""
-        weights = FF_MULT * self.d_model * self.d_model
+        d_ff = self.ffn_dim or FF_MULT * self.d_model  # records.Shape.d_ff (swiglu: each of its two hidden tensors)
+        weights = d_ff * self.d_model
         if weights * dtype_bytes > INT64_MAX:
-            return (f"d_model {_power(self.d_model)} is too large: a {_power(self.d_model)}x{_power(FF_MULT * self.d_model)}"
+            what = f"d_model {_power(self.d_model)}" if not self.ffn_dim else f"ffn_dim {_power(self.ffn_dim)}"
+            return (f"{what} is too large: a {_power(self.d_model)}x{_power(d_ff)}"
                     f" weight overflows int64")
         for n in self.lengths():
             b = self.batch_for(n)
             scores = b * self.heads * n * n  # the dense attention scores, (B, h, n, n)
-            hidden = b * n * FF_MULT * self.d_model  # the feed-forward's hidden activations
+            hidden = b * n * d_ff  # the feed-forward's hidden activations (swiglu: two of them, each this size)
+            if hidden > scores and hidden * dtype_bytes > INT64_MAX:  # issue 24: a wide --ffn-dim
+                return (f"seq_len {n} is too long: a {b}x{n}x{_power(d_ff)} feed-forward hidden tensor "
+                        f"({_power(hidden)} elements of {dtype_bytes} bytes) overflows int64")
             if max(scores, hidden) * dtype_bytes > INT64_MAX:
                 return (f"seq_len {n} is too long: a {b}x{self.heads}x{n}x{n} attention score tensor "
                         f"({_power(scores)} elements of {dtype_bytes} bytes) overflows int64")

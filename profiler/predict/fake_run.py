@@ -77,7 +77,8 @@ def small_point(point: Point) -> bool:
         return False
     options = cls.resolve_options(spec.options)
     factor = max([1] + [v for v in options.values() if isinstance(v, int) and not isinstance(v, bool)])
-    elements = s.batch * s.layers * (s.heads * s.seq_len ** 2 * factor + 8 * s.seq_len * s.d_model * s.ff_mult)
+    hidden = s.d_ff * (2 if s.mlp == "swiglu" else 1)  # issue 24: swiglu's two hidden tensors
+    elements = s.batch * s.layers * (s.heads * s.seq_len ** 2 * factor + 8 * s.seq_len * hidden)
     return elements * 8 <= SMALL_POINT_BYTES
 
 

@@ -5,6 +5,11 @@
   ``torch.utils.checkpoint`` with ``use_reentrant=False`` (RNG state is preserved).
 - ``reversible``: RevNet coupling, activations independent of depth (Kitaev et al. 2020, §3).
 
+Each block's feed-forward and every norm (both pre-norms and the final one) are chosen
+by the shape: ``mlp`` gelu | swiglu at width ``d_ff``, ``norm`` layernorm | rmsnorm
+(``layers.py``: SwiGLU, Shazeer 2020; RMSNorm, Zhang & Sennrich 2019). The modes treat
+them as any f and g: checkpoint recomputes them, reversible rebuilds their inputs.
+
 There is no embedding and no output head: x [batch, seq, d_model] comes in with
 requires_grad, and the profiled backward starts from a fixed random upstream gradient
 of the output (``profiler/measure/workload.py``), i.e. the loss (out * proj).sum() with a
@@ -19,6 +24,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from attnprof.scenarios.variants.registry import VariantSpec
+from attnprof.scenarios.stack.layers import mlp_layer, norm_layer
 from attnprof.scenarios.stack.reversible import reversible_stack
 from attnprof.profiler.records import MODES, SCOPES, Shape  # noqa: F401 (re-exported)
 
@@ -28,12 +34,13 @@ REVERSIBLE_REFERENCE = "reversible-autograd"
 
 
 class FeedForward(nn.Module):
-    """Position-wise MLP, d -> ff_mult*d -> d; in ``chunks`` along the sequence (Reformer §3)."""
+    """Position-wise MLP (``mlp``: GELU or SwiGLU), d -> d_ff -> d; in ``chunks`` along the
+    sequence (Reformer §3)."""
 
-    def __init__(self, d_model: int, mult: int, chunks: int):
+    def __init__(self, d_model: int, d_ff: int, chunks: int, mlp: str = "gelu"):
         super().__init__()
         self.chunks = chunks
-        self.net = nn.Sequential(nn.Linear(d_model, mult * d_model), nn.GELU(), nn.Linear(mult * d_model, d_model))
+        self.net = mlp_layer(mlp, d_model, d_ff)
 
     def forward(self, x):  # (B, n, d)
         if self.chunks == 1:
@@ -42,9 +49,9 @@ class FeedForward(nn.Module):
 
 
 class PreNorm(nn.Module):
-    def __init__(self, d_model: int, fn: nn.Module):
+    def __init__(self, d_model: int, fn: nn.Module, norm: str = "layernorm"):
         super().__init__()
-        self.norm, self.fn = nn.LayerNorm(d_model), fn
+        self.norm, self.fn = norm_layer(norm, d_model), fn
 
     def forward(self, x):
         return self.fn(self.norm(x))
@@ -56,7 +63,9 @@ class Block(nn.Module):
     def __init__(self, spec: VariantSpec, shape: Shape, layer_index: int):
         super().__init__()
         self.f = PreNorm(shape.d_model, spec.build(shape.d_model, shape.heads, layer_index=layer_index))
-        self.g = PreNorm(shape.d_model, FeedForward(shape.d_model, shape.ff_mult, shape.ff_chunks))
+        self.g = PreNorm(shape.d_model, FeedForward(shape.d_model, shape.d_ff, shape.ff_chunks, shape.mlp), shape.norm)
+        if shape.norm != "layernorm":  # the attention's pre-norm too (kept off the line above, which is the variant's)
+            self.f.norm = norm_layer(shape.norm, shape.d_model)
 
     def forward(self, x):
         x = x + self.f(x)
@@ -72,7 +81,7 @@ class Stack(nn.Module):
             raise ValueError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
         self.mode = mode
         self.blocks = nn.ModuleList(Block(spec, shape, i) for i in range(shape.layers))
-        self.norm = nn.LayerNorm(shape.d_model)
+        self.norm = norm_layer(shape.norm, shape.d_model)
 
     def forward(self, x):  # (B, n, d) -> (B, n, d)
         if self.mode in ("reversible", REVERSIBLE_REFERENCE):

@@ -166,3 +166,16 @@ def test_an_unversioned_render_cache_is_stale_not_a_problem(tmp_path):
     assert render_cache.read_cache(tmp_path) == ({}, None)
     (tmp_path / render_cache.CACHE_FILE).write_text(json.dumps({"point": -1}))
     assert render_cache.read_cache(tmp_path)[1] == "1 of 1 entries invalid (first: 'point': int where an object of points belongs)"
+
+
+def test_a_series_point_keeps_the_later_identity_fields_of_its_records():
+    """issue 24: the capacity curve of a SwiGLU/RMSNorm series predicts SwiGLU/RMSNorm points."""
+    import pandas as pd
+
+    from attnprof.profiler.records import Point, PointRecord, Shape
+    from attnprof.reports.capacity import point_maker
+
+    shape = Shape(seq_len=256, d_model=32, heads=2, layers=2, mlp="swiglu", ffn_dim=88, norm="rmsnorm")
+    rows = pd.DataFrame([PointRecord.for_point(Point("sdpa", "plain", "model", shape)).to_row()])
+    point = point_maker(rows)(1024)
+    assert point.shape == Shape(seq_len=1024, d_model=32, heads=2, layers=2, mlp="swiglu", ffn_dim=88, norm="rmsnorm")

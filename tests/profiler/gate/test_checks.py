@@ -41,3 +41,10 @@ def test_null_is_fine_where_the_field_is_optional_and_a_long_value_is_cut():
     assert field_problem({"measured_peak_bytes": 12}, "measured_peak_bytes") is None
     text = field_problem({"variant": ["x" * 100]}, "variant")
     assert text.endswith("...") and len(text) < 100
+
+
+def test_a_later_amount_field_may_be_0_and_the_shape_sizes_may_not():
+    """issue 24: ffn_dim 0 means 4 x d_model (records.later kind "amount"), not a bad size."""
+    assert field_problem({"ffn_dim": 0}, "ffn_dim") is None and field_problem({"mlp": "swiglu"}, "mlp") is None
+    assert field_problem({"ffn_dim": -1}, "ffn_dim") == "ffn_dim must be an integer >= 0, got -1"
+    assert field_problem({"d_model": 0}, "d_model") == "d_model must be a positive integer, got 0"

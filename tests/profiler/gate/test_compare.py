@@ -81,3 +81,16 @@ def test_points_one_side_lacks_are_refused_unless_allowed(tmp_path):
     result = compare(read_baseline(baseline), fewer, allow_missing=True)
     assert len(result.missing) == 1 and result.exit_code == 0
     assert result.points_compared == len(VARIANTS) * len(LENGTHS) - 1
+
+
+def test_another_block_option_is_not_comparable_and_an_older_manifest_without_it_is(tmp_path):
+    """issue 24: --mlp/--ffn-dim/--norm are scenario fields the gate compares, where both sides have them."""
+    base = read_run(make_run(tmp_path / "a", scenario={"mlp": "gelu", "norm": "layernorm", "ffn_dim": 0}))
+    with pytest.raises(GateError, match="scenario differs: mlp is 'gelu' in baseline"):
+        check_comparable(base, read_run(make_run(tmp_path / "b", scenario={"mlp": "swiglu"})))
+    with pytest.raises(GateError, match="scenario differs: norm"):
+        check_comparable(base, read_run(make_run(tmp_path / "c", scenario={"norm": "rmsnorm"})))
+    older = read_run(make_run(tmp_path / "d"))
+    for name in ("mlp", "ffn_dim", "norm"):
+        del older.scenario[name]  # a manifest written before issue 24
+    check_comparable(older, read_run(make_run(tmp_path / "e", scenario={"ffn_dim": 64})))

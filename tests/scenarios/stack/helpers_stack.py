@@ -11,9 +11,10 @@ VARIANTS = ["full", "sdpa", "talking_heads", "lsh[bucket_size=16,n_hashes=2]", "
             "sparse_strided", "sparse_fixed[summary=2]", "sparse_strided[combine=interleaved]"]
 
 
-def gradients(label: str, mode: str, layers: int = 3, input_grad: bool = True):
-    """d(loss)/d(input) (if ``input_grad``) and d(loss)/d(every parameter), float64, fixed seeds."""
-    shape = Shape(batch=2, seq_len=64, d_model=32, heads=4, layers=layers, dtype="float64")
+def gradients(label: str, mode: str, layers: int = 3, input_grad: bool = True, **options):
+    """d(loss)/d(input) (if ``input_grad``) and d(loss)/d(every parameter), float64, fixed seeds.
+    ``options``: more Shape fields (the block options: mlp, ffn_dim, norm)."""
+    shape = Shape(batch=2, seq_len=64, d_model=32, heads=4, layers=layers, dtype="float64", **options)
     torch.manual_seed(0)
     torch.set_default_dtype(torch.float64)
     stack = Stack(parse_variant(label), shape, mode)
