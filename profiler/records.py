@@ -27,11 +27,42 @@ class ShapeError(UserError):
     """A shape that cannot be built."""
 
 
+# --- issue 24: precision ---
+AUTOCAST_DTYPES = ("", "bfloat16", "float16")  # Shape.autocast: "" = none
+# --precision -> (Shape.dtype, Shape.autocast): pure dtypes, or torch.autocast over float32
+PRECISIONS = {"fp32": ("float32", ""), "bf16": ("bfloat16", ""), "fp16": ("float16", ""),
+              "amp-bf16": ("float32", "bfloat16"), "amp-fp16": ("float32", "float16")}
+
+
+def precision_problem(precision: str, dtype: str) -> Optional[str]:
+    """Why --precision ``precision`` cannot go with --dtype ``dtype`` (a canonical name), or
+    None; "" means "as --dtype says". The pure choices are --dtype's own; amp-* keeps float32
+    parameters."""
+    if precision == "":
+        return None
+    if precision not in PRECISIONS:
+        return f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}"
+    wanted = PRECISIONS[precision][0]
+    if dtype != wanted:
+        what = "keeps float32 parameters" if PRECISIONS[precision][1] else f"is --dtype {wanted}"
+        return f"--precision {precision} {what}; it conflicts with --dtype {dtype}"
+    return None
+
+
 def canonical_dtype(name: str) -> str:
     name = DTYPE_ALIASES.get(name, name)
     if name not in DTYPES:
         raise ShapeError(f"unknown dtype {name!r}; choose one of {', '.join(DTYPES)}")
     return name
+
+
+def later(default, *, choices: tuple = (), kind: str = ""):
+    """A Shape field added after the first records were written (the training-step options,
+    issue 24). A record, a baseline or a cache entry written before it lacks it, and means
+    its ``default`` (``IDENTITY_DEFAULTS``), which is today's behaviour. ``choices``: the
+    allowed texts; ``kind``: "amount" (an int >= 0, 0 = off) or "switch" (true/false);
+    neither: a positive int."""
+    return field(default=default, metadata={"later": True, "choices": choices, "kind": kind})
 
 
 @dataclass(frozen=True)
@@ -44,6 +75,10 @@ class Shape:
     dtype: str = "float32"  # one of DTYPES
     ff_mult: int = 4  # d_ff = ff_mult * d_model (Vaswani 2017)
     ff_chunks: int = 1  # >1: feed-forward applied in sequence chunks (Reformer §3)
+    # --- issue 24: precision ---
+    # "": no autocast; "bfloat16" | "float16": the forward runs under torch.autocast in that
+    # dtype over float32 parameters and gradients (mixed precision: --precision amp-bf16 | amp-fp16)
+    autocast: str = later("", choices=AUTOCAST_DTYPES)
 
     def __post_init__(self):
         object.__setattr__(self, "dtype", canonical_dtype(self.dtype))
@@ -53,6 +88,9 @@ class Shape:
                 raise ShapeError(f"{f.name} {problem}")
         if self.d_model % self.heads:
             raise ShapeError(f"d_model {self.d_model} is not divisible by heads {self.heads}")
+        # --- issue 24: precision ---
+        if self.autocast and self.dtype != "float32":
+            raise ShapeError(f"autocast {self.autocast} runs over float32 parameters, not {self.dtype}")
 
     @property
     def head_dim(self) -> int:
@@ -73,15 +111,6 @@ class Shape:
 
     def to_dict(self) -> dict:
         return {**asdict(self), "head_dim": self.head_dim}
-
-
-def later(default, *, choices: tuple = (), kind: str = ""):
-    """A Shape field added after the first records were written (the training-step options,
-    issue 24). A record, a baseline or a cache entry written before it lacks it, and means
-    its ``default`` (``IDENTITY_DEFAULTS``), which is today's behaviour. ``choices``: the
-    allowed texts; ``kind``: "amount" (an int >= 0, 0 = off) or "switch" (true/false);
-    neither: a positive int."""
-    return field(default=default, metadata={"later": True, "choices": choices, "kind": kind})
 
 
 def _field_problem(f, value) -> Optional[str]:
@@ -217,6 +246,8 @@ class PointRecord:
     dtype: str
     ff_mult: int = 4
     ff_chunks: int = 1
+    # --- issue 24: precision ---
+    autocast: str = ""  # Shape.autocast: "" | "bfloat16" | "float16"
     forward_only: bool = False
     # --- outcome ---
     status: str = "ok"  # one of STATUSES

@@ -5,7 +5,7 @@ which the prediction, the workload and the cache key reuse."""
 
 from __future__ import annotations
 
-from attnprof.profiler.records import DTYPE_BYTES, MODES, NO_MODE, SCOPES, Point, Shape
+from attnprof.profiler.records import DTYPE_BYTES, MODES, NO_MODE, PRECISIONS, SCOPES, Point, Shape
 from attnprof.profiler.units import INT64_MAX
 from attnprof.scenarios.variants.registry import VariantSpec, parse_variants, spec_of
 from attnprof.scenarios.scenario import Scenario
@@ -35,9 +35,18 @@ def shape_at(scenario: Scenario, seq_len: int) -> Shape:
     if seq_len <= 0:
         raise PlanError(f"sequence length must be positive, got {seq_len}")
     shape = Shape(batch=scenario.batch_for(seq_len), seq_len=seq_len, d_model=scenario.d_model,
-                  heads=scenario.heads, layers=scenario.layers, dtype=scenario.dtype, ff_chunks=scenario.ff_chunks)
+                  heads=scenario.heads, layers=scenario.layers, dtype=scenario.dtype, ff_chunks=scenario.ff_chunks,
+                  **precision_fields(scenario))
     check_addressable(shape)
     return shape
+
+
+# --- issue 24: precision ---
+def precision_fields(scenario: Scenario) -> dict:
+    """The Shape fields --precision sets beyond --dtype: {"autocast": ...} for amp-*, else {}
+    (the pure choices are --dtype's: the Scenario checked that the two agree)."""
+    autocast = PRECISIONS[scenario.precision][1] if scenario.precision else ""
+    return {"autocast": autocast} if autocast else {}
 
 
 def check_addressable(shape: Shape) -> None:

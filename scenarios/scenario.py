@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from attnprof.errors import UserError
-from attnprof.profiler.records import DTYPE_BYTES, ShapeError, canonical_dtype
+from attnprof.profiler.records import DTYPE_BYTES, ShapeError, canonical_dtype, precision_problem
 from attnprof.profiler.units import INT64_MAX
 from attnprof.scenarios.fields import BY_NAME, default, names_of
 
@@ -62,6 +62,7 @@ class Scenario:
     dtype: str = default("dtype")
     ff_chunks: int = default("ff_chunks")
     forward_only: bool = default("forward_only")
+    precision: str = default("precision")  # --- issue 24: precision --- ("" = as dtype says)
     repeats: int = default("repeats")
     warmup: int = default("warmup")
     point_timeout_s: float = default("point_timeout_s")
@@ -106,6 +107,9 @@ class Scenario:
             dtype = canonical_dtype(self.dtype)
         except ShapeError as exc:
             raise ScenarioError(f"scenario {where}: {exc}") from None
+        # --- issue 24: precision ---
+        problem = precision_problem(self.precision, dtype)
+        need(problem is None, (problem or "").replace("--", ""))
         problem = self._size_problem(DTYPE_BYTES[dtype])
         need(problem is None, problem or "")
         if self.tokens_per_batch:
