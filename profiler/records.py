@@ -103,6 +103,11 @@ class Shape:
         return getattr(torch, self.dtype)
 
     @property
+    def compute_dtype(self) -> str:
+        """The dtype the matmuls and attention run in: autocast's (issue 24), else ``dtype``."""
+        return self.autocast or self.dtype
+
+    @property
     def tokens(self) -> int:
         return self.batch * self.seq_len
 
