@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
 
 from attnprof.arguments import UsageProblem, checked, refuse_ignored
-from attnprof.profiler.records import canonical_dtype
+from attnprof.profiler.records import PRECISIONS, canonical_dtype, precision_problem
 from attnprof.profiler.units import parse_bytes
 from attnprof.scenarios.fields import FIELDS, STORED, Field, flag_problem
 from attnprof.scenarios.scenario import Scenario, load_scenario
@@ -71,6 +71,7 @@ def build_scenario(scenario: Union[PathLike, Scenario, None] = None, *, base: Op
         given["d_model"] = given["head_dim"] * (given["heads"] if given["heads"] is not None else sc.heads)
     if given["dtype"] is not None:
         given["dtype"] = canonical_dtype(given["dtype"])
+    _precision(given)  # --- issue 24: precision ---
     refuse_ignored(sc, **given)
     seq_lens = given["seq_lens"]
     given["seq_lens"] = tuple(seq_lens) if seq_lens else (() if (given["min_len"] or given["max_len"]) else None)
@@ -85,6 +86,23 @@ def build_scenario(scenario: Union[PathLike, Scenario, None] = None, *, base: Op
         raise UsageProblem(f"--min-len {sc.min_len} is above --max-len {sc.max_len}")
     _check_points(sc)
     return sc
+
+
+# --- issue 24: precision ---
+def _precision(given: dict) -> None:
+    """--precision and --dtype, in ``given`` (in place): a pure --precision is its --dtype; an
+    amp-* one keeps float32 parameters; both given and not agreeing is one line. --dtype alone
+    says the precision (a scenario's precision is reset to "", "as --dtype says")."""
+    precision, dtype = given["precision"], given["dtype"]
+    if precision is None:
+        if dtype is not None:
+            given["precision"] = ""
+        return
+    problem = precision_problem(precision, dtype if dtype is not None else PRECISIONS.get(precision, ("",))[0])
+    if problem:
+        raise UsageProblem(problem)
+    if precision:
+        given["dtype"] = PRECISIONS[precision][0]
 
 
 def listed(values: Union[str, Sequence[str], None]) -> Optional[tuple]:

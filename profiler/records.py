@@ -30,6 +30,28 @@ class ShapeError(UserError):
     """A shape that cannot be built."""
 
 
+# --- issue 24: precision ---
+AUTOCAST_DTYPES = ("", "bfloat16", "float16")  # Shape.autocast: "" = none
+# --precision -> (Shape.dtype, Shape.autocast): pure dtypes, or torch.autocast over float32
+PRECISIONS = {"fp32": ("float32", ""), "bf16": ("bfloat16", ""), "fp16": ("float16", ""),
+              "amp-bf16": ("float32", "bfloat16"), "amp-fp16": ("float32", "float16")}
+
+
+def precision_problem(precision: str, dtype: str) -> Optional[str]:
+    """Why --precision ``precision`` cannot go with --dtype ``dtype`` (a canonical name), or
+    None; "" means "as --dtype says". The pure choices are --dtype's own; amp-* keeps float32
+    parameters."""
+    if precision == "":
+        return None
+    if precision not in PRECISIONS:
+        return f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}"
+    wanted = PRECISIONS[precision][0]
+    if dtype != wanted:
+        what = "keeps float32 parameters" if PRECISIONS[precision][1] else f"is --dtype {wanted}"
+        return f"--precision {precision} {what}; it conflicts with --dtype {dtype}"
+    return None
+
+
 def canonical_dtype(name: str) -> str:
     name = DTYPE_ALIASES.get(name, name)
     if name not in DTYPES:
@@ -60,6 +82,10 @@ class Shape:
     mlp: str = later("gelu", choices=MLPS)  # gelu: Linear-GELU-Linear; swiglu: w2(silu(w1 x) * w3 x), no biases
     ffn_dim: int = later(0, kind="amount")  # the MLP's hidden width d_ff; 0 = ff_mult * d_model (see d_ff)
     norm: str = later("layernorm", choices=NORMS)  # the pre-norms of every block and the final norm
+    # --- issue 24: precision ---
+    # "": no autocast; "bfloat16" | "float16": the forward runs under torch.autocast in that
+    # dtype over float32 parameters and gradients (mixed precision: --precision amp-bf16 | amp-fp16)
+    autocast: str = later("", choices=AUTOCAST_DTYPES)
 
     def __post_init__(self):
         object.__setattr__(self, "dtype", canonical_dtype(self.dtype))
@@ -69,6 +95,9 @@ class Shape:
                 raise ShapeError(f"{f.name} {problem}")
         if self.d_model % self.heads:
             raise ShapeError(f"d_model {self.d_model} is not divisible by heads {self.heads}")
+        # --- issue 24: precision ---
+        if self.autocast and self.dtype != "float32":
+            raise ShapeError(f"autocast {self.autocast} runs over float32 parameters, not {self.dtype}")
 
     @property
     def head_dim(self) -> int:
@@ -86,6 +115,11 @@ class Shape:
         import torch
 
         return getattr(torch, self.dtype)
+
+    @property
+    def compute_dtype(self) -> str:
+        """The dtype the matmuls and attention run in: autocast's (issue 24), else ``dtype``."""
+        return self.autocast or self.dtype
 
     @property
     def tokens(self) -> int:
@@ -235,6 +269,8 @@ class PointRecord:
     mlp: str = "gelu"
     ffn_dim: int = 0
     norm: str = "layernorm"
+    # --- issue 24: precision ---
+    autocast: str = ""  # Shape.autocast: "" | "bfloat16" | "float16"
     forward_only: bool = False
     # --- outcome ---
     status: str = "ok"  # one of STATUSES

@@ -101,6 +101,11 @@ FIELDS: tuple[Field, ...] = (
     Field("norm", Optional[str], "", "layernorm",
           "every norm of the stack: layernorm | rmsnorm (Zhang & Sennrich 2019; torch's nn.RMSNorm)",
           "--norm", SHAPE, kind="text", metavar="layernorm|rmsnorm"),
+    # --- issue 24: precision ---
+    Field("precision", Optional[str], "", "",  # "" = as --dtype says; amp-*: torch.autocast over float32 parameters
+          "fp32 | bf16 | fp16 (pure: the --dtype choices) | amp-bf16 | amp-fp16 (torch.autocast over float32 "
+          "parameters and gradients; amp-fp16 with a GradScaler). Default: as --dtype says.",
+          "--precision", SHAPE, kind="text", show_default=False),
     # --- sequence lengths ------------------------------------------------------------------------------------------
     Field("seq_lens", Optional[Sequence[int]], "tokens", (),  # explicit lengths; empty = powers of two min..max
           "a sequence length, repeatable", "--seq-len", LENGTHS, kind="lengths", refuse_upto=0, refusal=_LENGTH,

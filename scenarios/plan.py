@@ -5,7 +5,7 @@ which the prediction, the workload and the cache key reuse."""
 
 from __future__ import annotations
 
-from attnprof.profiler.records import DTYPE_BYTES, MODES, NO_MODE, SCOPES, Point, Shape
+from attnprof.profiler.records import DTYPE_BYTES, MODES, NO_MODE, PRECISIONS, SCOPES, Point, Shape
 from attnprof.profiler.units import INT64_MAX
 from attnprof.scenarios.variants.registry import VariantSpec, parse_variants, spec_of
 from attnprof.scenarios.scenario import Scenario
@@ -36,7 +36,7 @@ def shape_at(scenario: Scenario, seq_len: int) -> Shape:
         raise PlanError(f"sequence length must be positive, got {seq_len}")
     shape = Shape(batch=scenario.batch_for(seq_len), seq_len=seq_len, d_model=scenario.d_model,
                   heads=scenario.heads, layers=scenario.layers, dtype=scenario.dtype, ff_chunks=scenario.ff_chunks,
-                  **block_options(scenario))
+                  **block_options(scenario), **precision_fields(scenario))
     check_addressable(shape)
     return shape
 
@@ -45,6 +45,12 @@ def shape_at(scenario: Scenario, seq_len: int) -> Shape:
 def block_options(scenario: Scenario) -> dict:
     """The Shape fields of the block's parts: its feed-forward, its width and its norms."""
     return {"mlp": scenario.mlp, "ffn_dim": scenario.ffn_dim, "norm": scenario.norm}
+# --- issue 24: precision ---
+def precision_fields(scenario: Scenario) -> dict:
+    """The Shape fields --precision sets beyond --dtype: {"autocast": ...} for amp-*, else {}
+    (the pure choices are --dtype's: the Scenario checked that the two agree)."""
+    autocast = PRECISIONS[scenario.precision][1] if scenario.precision else ""
+    return {"autocast": autocast} if autocast else {}
 
 
 def check_addressable(shape: Shape) -> None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from attnprof.errors import UserError
-from attnprof.profiler.records import DTYPE_BYTES, MLPS, NORMS, ShapeError, canonical_dtype
+from attnprof.profiler.records import DTYPE_BYTES, MLPS, NORMS, ShapeError, canonical_dtype, precision_problem
 from attnprof.profiler.units import INT64_MAX
 from attnprof.scenarios.fields import BY_NAME, default, names_of
 
@@ -66,6 +66,7 @@ class Scenario:
     mlp: str = default("mlp")
     ffn_dim: int = default("ffn_dim")
     norm: str = default("norm")
+    precision: str = default("precision")  # --- issue 24: precision --- ("" = as dtype says)
     repeats: int = default("repeats")
     warmup: int = default("warmup")
     point_timeout_s: float = default("point_timeout_s")
@@ -114,6 +115,9 @@ class Scenario:
         for key, allowed in (("mlp", MLPS), ("norm", NORMS)):
             value = getattr(self, key)
             need(value in allowed, f"{key} must be one of {', '.join(allowed)}, got {_shown(value)}")
+        # --- issue 24: precision ---
+        problem = precision_problem(self.precision, dtype)
+        need(problem is None, (problem or "").replace("--", ""))
         problem = self._size_problem(DTYPE_BYTES[dtype])
         need(problem is None, problem or "")
         if self.tokens_per_batch:

@@ -27,6 +27,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 # Ops that never allocate; under fake tensors prim.device alone is ~70% of all dispatches.
 _NO_ALLOCATION = frozenset({torch.ops.prim.device.default})
 CATEGORIES = ("parameters", "gradients", "inputs", "activations", "temporaries")
+# --- issue 24: precision ---
+# A parameter's copy in another dtype (``_to_copy`` of a parameter's storage): under torch.autocast,
+# the low-precision weights it casts (and caches until the region exits), apart from the fp32 parameters.
+CATEGORIES += ("autocast_copies",)
+_TO_COPY = torch.ops.aten._to_copy.default
 
 # Trace events (tuples, cheap to make; ``MemoryTracker.trace``), in the order they happened:
 ALLOC = "alloc"  # (ALLOC, serial, nbytes, op): a new storage; op "" for one registered with track()
@@ -109,8 +114,9 @@ class MemoryTracker(TorchDispatchMode):
 
     Categories at the peak: ``parameters`` and ``inputs`` (registered with ``track``),
     ``gradients`` (storages that end up as a ``.grad``; call ``mark_gradients``),
-    ``activations`` (saved for backward; seen through saved-tensor hooks) and
-    ``temporaries`` (everything else).
+    ``activations`` (saved for backward; seen through saved-tensor hooks),
+    ``autocast_copies`` (a parameter cast to another dtype, saved or not: what
+    torch.autocast casts and caches) and ``temporaries`` (everything else).
     """
 
     def __init__(self, trace: bool = False):
@@ -224,7 +230,19 @@ class MemoryTracker(TorchDispatchMode):
         outputs = tensors_in(out)
         for t in outputs:
             self._add(t, name)
+        if func is _TO_COPY:  # issue 24: a parameter cast to another dtype is an autocast copy
+            self._name_copy(args[0], outputs)
         return out, outputs
+
+    def _name_copy(self, source: torch.Tensor, outputs: list) -> None:
+        """Name ``outputs`` (of a ``_to_copy`` of ``source``) "autocast_copies" when ``source``
+        is a parameter's storage and the copy changed its dtype (see CATEGORIES)."""
+        entry = self._live.get(source.untyped_storage()._cdata)
+        if entry is None or self._kind.get(entry[0]) != "parameters":
+            return
+        for t in outputs:
+            if t.dtype != source.dtype:
+                self._kind.setdefault(self._live[t.untyped_storage()._cdata][0], "autocast_copies")
 
     def __enter__(self):
         def pack(t):

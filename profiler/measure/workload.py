@@ -68,6 +68,31 @@ def _one_period(layers: nn.ModuleList, q, k, v) -> torch.Tensor:
     return out
 
 
+# --- issue 24: precision ---
+def _mixed_precision(point: Point, device: torch.device) -> tuple:
+    """(a context for the forward, a GradScaler or None) of the point's ``Shape.autocast``.
+
+    amp-*: ``torch.autocast(device_type, dtype)`` over the float32 parameters, as torch.amp
+    training runs the forward and the loss; backward runs outside it (torch's advice), and
+    whatever autocast keeps in float32 is the running torch's own lists (traced:
+    profiler/measure/autocast_ops.py). Its weight cache (the low-precision casts of the
+    parameters, kept until the autocast region exits) is live memory the tracker sees.
+
+    amp-fp16 with a backward at scope model: a ``torch.amp.GradScaler`` multiplies the loss by
+    its scale (``scaler.scale(loss)``) before backward, so every gradient is scaled. Its scale
+    and growth tracker exist before the step (made here by scaling a zero, public API only):
+    the measured step is a later one. Unscaling the gradients (``scaler.unscale_`` /
+    ``scaler.step``) belongs to an optimizer step: ``scaler`` is there for it."""
+    if not point.shape.autocast:
+        return contextlib.nullcontext, None
+    dtype = getattr(torch, point.shape.autocast)
+    scaler = None
+    if point.shape.autocast == "float16" and point.scope == "model" and not point.forward_only:
+        scaler = torch.amp.GradScaler(device.type)
+        scaler.scale(torch.zeros((), device=device))  # its scale and growth tracker, made before the step
+    return (lambda: torch.autocast(device.type, dtype=dtype)), scaler
+
+
 class Workload:
     """A point made concrete on a device: ``spec`` (its parsed variant), ``params``, ``inputs``,
     ``dout``, ``forward()``, ``backward()``."""
@@ -104,16 +129,21 @@ class Workload:
             out_shape = (b, h, n, dh)
         # d(loss)/d(out): a real tensor made before the forward (see the module docstring)
         self.dout = None if point.forward_only else torch.randn(out_shape, device=device, dtype=dtype)
+        self.autocast, self.scaler = _mixed_precision(point, device)  # --- issue 24: precision ---
+        if self.scaler is not None:  # its scale and growth tracker: state that exists before the step, counted
+            self.inputs += [t for t in vars(self.scaler).values() if isinstance(t, torch.Tensor)]  # as inputs
 
     def forward(self) -> torch.Tensor:
         """The forward pass; returns what ``backward`` starts from: the output (scope
         attention) or the scalar loss (scope model); the output under no_grad when forward-only."""
         if self.point.forward_only:
-            with torch.no_grad():
+            with torch.no_grad(), self.autocast():
                 return self._run()
-        out = self._run()
-        if self.point.scope == "model":
-            return (out * self.dout).sum()  # the loss; out is no longer needed once it exists
+        with self.autocast():  # issue 24: the forward and the loss under autocast, backward outside it
+            out = self._run()
+            if self.point.scope == "model":
+                loss = (out * self.dout).sum()  # the loss; out is no longer needed once it exists
+                return loss if self.scaler is None else self.scaler.scale(loss)  # amp-fp16: the scaled loss
         return out
 
     def backward(self, result: torch.Tensor) -> None:

@@ -153,6 +153,16 @@ def _has_sdpa(events: list) -> bool:
     return any(e[0] == OP and e[1].split(".", 1)[0] == CPU_FLASH_FWD for e in events)
 
 
+def _sdpa_dtype(events: list, default: str) -> str:
+    """The dtype the traced SDPA's query had: under autocast (issue 24: Shape.autocast) it is
+    the low-precision one, not the parameters' ``Shape.dtype``; ``default`` if the trace does not say."""
+    for e in events:
+        if e[0] == OP and e[1].split(".", 1)[0] == CPU_FLASH_FWD and isinstance(e[2], dict):
+            args = e[2].get("args") or [None]
+            return getattr(args[0], "dtype", None) or default
+    return default
+
+
 class TraceCache:
     """Traces of one point, recorded once and shared by every GPU (and the math path once),
     and whatever else a caller keeps per point beside them (``memo``: the op rows)."""
@@ -186,7 +196,8 @@ def gpu_memory(point: Point, gpu: GpuSpec, cache: Optional[TraceCache] = None) -
     backend, reason = "", "the variant calls no scaled_dot_product_attention"
     if _has_sdpa(trace.events):
         shape = point.shape
-        choice = choose_sdpa_backend(gpu, shape.dtype, shape.head_dim, requires_grad=not point.forward_only)
+        choice = choose_sdpa_backend(gpu, _sdpa_dtype(trace.events, shape.dtype), shape.head_dim,
+                                     requires_grad=not point.forward_only)
         backend, reason = choice.backend, choice.reason
         if backend == "math":
             trace = cache.get(point, sdpa_math=True)
@@ -194,6 +205,9 @@ def gpu_memory(point: Point, gpu: GpuSpec, cache: Optional[TraceCache] = None) -
     notes = list(sub.notes)
     if gpu.context_estimated:
         notes.append(f"CUDA context estimated at {gpu.context_bytes >> 20} MiB")
+    if point.shape.autocast:  # issue 24: the trace is a CPU run's (docs/accounting.md, "Mixed precision")
+        notes.append(f"autocast {point.shape.autocast} traced with CPU autocast's op lists; CUDA's keep more ops "
+                     f"in float32")
     workspaces = sum(1 for e in sub.events if e[0] == ALLOC and str(e[1]).startswith("cublas.workspace"))
     free = replay(sub.events, CachingAllocator())
     total = gpu.context_bytes + free.reserved_peak_bytes

@@ -67,13 +67,15 @@ def small_point(point: Point) -> bool:
     float32 only: there the real CPU kernels and torch's fake ones agree on every output
     layout, so the two runs record the same ops (tested). In bfloat16 they do not
     everywhere (measured: an LSH backward where a real tensor is viewed, a fake one copied
-    first), so bfloat16 points take the fake path, which is the reference."""
+    first), so bfloat16 points take the fake path, which is the reference. So do autocast
+    points (``Shape.autocast``, issue 24): their parameters are float32, but their kernels
+    run in bfloat16 or float16."""
     spec = spec_of(point)
     cls = spec.cls
     if not cls.__module__.startswith("attnprof.scenarios.variants."):
         return False  # a plug-in: its memory is not known before it runs
     s = point.shape
-    if s.dtype != "float32":
+    if s.dtype != "float32" or s.autocast:  # issue 24: autocast runs bfloat16/float16 kernels: the same reason
         return False
     options = cls.resolve_options(spec.options)
     factor = max([1] + [v for v in options.values() if isinstance(v, int) and not isinstance(v, bool)])

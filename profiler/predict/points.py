@@ -201,9 +201,10 @@ def _guess(s: Series, lengths: list, lo: int, hi: int, budget: int) -> int:
 
 
 def _fixed_bytes(record: dict) -> int:
-    """The bytes of a prediction that do not grow with n: parameters and gradients."""
+    """The bytes of a prediction that do not grow with n: parameters, gradients and the
+    parameters' autocast copies (issue 24)."""
     breakdown = record.get("predicted_breakdown_bytes") or {}
-    return breakdown.get("parameters", 0) + breakdown.get("gradients", 0)
+    return breakdown.get("parameters", 0) + breakdown.get("gradients", 0) + breakdown.get("autocast_copies", 0)
 
 
 def _finer(s: Series, budget: int, best: Optional[int], above: Optional[int], limit: int, step: int):
@@ -217,6 +218,18 @@ def _finer(s: Series, budget: int, best: Optional[int], above: Optional[int], li
     if lo_n and not (yield from s.fits(lo_n, budget)):  # the multiple below a fitting power did not fit: not monotone
         lo_n = 0
     return (lo_n or None), (hi if hi <= limit else None)
+
+
+# --- issue 24: precision ---
+def _with_copies(rows: list[dict], lines: list) -> list:
+    """``lines`` (head, then one per row) with an "autocast copies" column after "grads" when
+    any row's breakdown has some (the low-precision parameter copies autocast made); as is otherwise."""
+    copies = [(r.get("predicted_breakdown_bytes") or {}).get("autocast_copies") for r in rows]
+    if not any(copies):
+        return lines
+    at = lines[0].index("grads") + 1
+    cells = ["autocast copies"] + [fmt_bytes(c) if r["status"] == "ok" else "-" for r, c in zip(rows, copies)]
+    return [row[:at] + [cell] + row[at:] for row, cell in zip(lines, cells)]
 
 
 def format_table(rows: list[dict], budget_bytes: int | None = None) -> str:
@@ -238,6 +251,8 @@ def format_table(rows: list[dict], budget_bytes: int | None = None) -> str:
         lines.append([r["variant"], r["mode"], str(r["seq_len"]), str(r["batch"]), fmt_bytes(r["predicted_peak_bytes"]),
                       fmt_bytes(br["parameters"] + br["inputs"]), fmt_bytes(br["gradients"]),
                       fmt_bytes(br["activations"]), fmt_bytes(br["temporaries"]), fmt_flops(r["flops"])])
+    if budget_bytes is None:  # --- issue 24: precision --- the parameters' autocast copies, where there are any
+        lines = _with_copies(rows, lines)
     lines = [[printable(cell) for cell in row] for row in lines]  # labels and reasons: one line each
     widths = [max(len(row[i]) for row in lines if i < len(row)) for i in range(len(head))]
     text = ["  ".join(cell.ljust(widths[i]) if i < len(widths) else cell for i, cell in enumerate(row)).rstrip()

@@ -27,7 +27,8 @@ def _ms(value: Optional[float]) -> Optional[float]:
 
 
 def point_time(point: Point, op_costs: list, rates: Optional[Rates]) -> Optional[TimePrediction]:
-    return predict_time(op_costs, rates, point.shape.dtype, head_dim=point.shape.head_dim)
+    # the matmuls' and attention's dtype: under autocast (issue 24) the low-precision one
+    return predict_time(op_costs, rates, point.shape.compute_dtype, head_dim=point.shape.head_dim)
 
 
 def time_fields(point: Point, op_costs: list, rates: Optional[Rates]) -> dict:

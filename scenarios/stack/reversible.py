@@ -36,6 +36,26 @@ class ReplayRNG:
             yield
 
 
+# --- issue 24: precision ---
+class ReplayAutocast:
+    """The autocast state of the forward (``torch.autocast``'s enabled, dtype, cache flags on
+    the device's type, and on the CPU), entered again around backward's recompute, as
+    ``torch.utils.checkpoint`` does: F and G rebuild in backward the low-precision tensors
+    they made in forward; the backward of the rebuilt graph runs outside it, as usual."""
+
+    def __init__(self, device: torch.device):
+        types = dict.fromkeys((device.type, "cpu"))
+        self.states = [(kind, torch.is_autocast_enabled(kind), torch.get_autocast_dtype(kind)) for kind in types]
+        self.cache = torch.is_autocast_cache_enabled()
+
+    def replay(self) -> contextlib.ExitStack:
+        stack = contextlib.ExitStack()
+        for kind, enabled, dtype in self.states:
+            if enabled:
+                stack.enter_context(torch.autocast(kind, dtype=dtype, cache_enabled=self.cache))
+        return stack
+
+
 class _ReversibleStack(torch.autograd.Function):
     """The blocks' parameters are inputs of the Function, after x1, x2 and the blocks:
     its output then needs a gradient whenever they do, even when x does not (a frozen
@@ -46,6 +66,7 @@ class _ReversibleStack(torch.autograd.Function):
     def forward(ctx, x1, x2, blocks, *params):
         ctx.blocks = blocks
         ctx.rng = []
+        ctx.autocast = ReplayAutocast(x1.device)  # issue 24
         with torch.no_grad():
             for block in blocks:
                 f_rng = ReplayRNG(x1.device)
@@ -63,7 +84,7 @@ class _ReversibleStack(torch.autograd.Function):
         for block, (f_rng, g_rng) in zip(reversed(ctx.blocks), reversed(ctx.rng)):
             with torch.enable_grad():
                 y1 = y1.detach().requires_grad_()
-                with g_rng.replay():
+                with g_rng.replay(), ctx.autocast.replay():
                     g_y1 = block.g(y1)
                 dx1 = _grad(g_y1, y1, block.g, dy2, grads)
             with torch.no_grad():
@@ -72,7 +93,7 @@ class _ReversibleStack(torch.autograd.Function):
                 del g_y1, y2
             with torch.enable_grad():
                 x2 = x2.detach().requires_grad_()
-                with f_rng.replay():
+                with f_rng.replay(), ctx.autocast.replay():
                     f_x2 = block.f(x2)
                 dx2 = _grad(f_x2, x2, block.f, dx1, grads)
             with torch.no_grad():

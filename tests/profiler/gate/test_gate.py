@@ -53,6 +53,7 @@ IDENTITY_CHANGES = {"variant": "sdpa", "mode": "checkpoint", "scope": "attention
                     "d_model": 128, "heads": 8, "layers": 3, "dtype": "bfloat16", "ff_mult": 2, "ff_chunks": 2,
                     "forward_only": True}
 IDENTITY_CHANGES.update({"mlp": "swiglu", "ffn_dim": 48, "norm": "rmsnorm"})  # --- issue 24: block options ---
+IDENTITY_CHANGES["autocast"] = "bfloat16"  # issue 24: precision
 
 
 def test_every_identity_field_tells_points_apart(tmp_path, baseline):
