@@ -90,6 +90,13 @@ FIELDS: tuple[Field, ...] = (
           "--ff-chunks", SHAPE),
     Field("forward_only", Optional[bool], "", False, "forward pass only, no backward", "--forward-only", SHAPE,
           kind="switch"),
+    # --- issue 24: optimizer ---
+    Field("optimizer", Optional[str], "", "none",
+          "the step after backward: none | sgd (momentum 0.9) | adamw; its states count from the start",
+          "--optimizer", SHAPE, kind="text"),
+    Field("optimizer_impl", Optional[str], "", "",
+          "foreach | fused | forloop; default: what torch.optim picks on the device", "--optimizer-impl", SHAPE,
+          kind="text", show_default=False),
     # --- sequence lengths ------------------------------------------------------------------------------------------
     Field("seq_lens", Optional[Sequence[int]], "tokens", (),  # explicit lengths; empty = powers of two min..max
           "a sequence length, repeatable", "--seq-len", LENGTHS, kind="lengths", refuse_upto=0, refusal=_LENGTH,

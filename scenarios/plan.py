@@ -35,9 +35,15 @@ def shape_at(scenario: Scenario, seq_len: int) -> Shape:
     if seq_len <= 0:
         raise PlanError(f"sequence length must be positive, got {seq_len}")
     shape = Shape(batch=scenario.batch_for(seq_len), seq_len=seq_len, d_model=scenario.d_model,
-                  heads=scenario.heads, layers=scenario.layers, dtype=scenario.dtype, ff_chunks=scenario.ff_chunks)
+                  heads=scenario.heads, layers=scenario.layers, dtype=scenario.dtype, ff_chunks=scenario.ff_chunks,
+                  **_optimizer_fields(scenario))
     check_addressable(shape)
     return shape
+
+
+# --- issue 24: optimizer ---
+def _optimizer_fields(scenario: Scenario) -> dict:
+    return {"optimizer": scenario.optimizer, "optimizer_impl": scenario.optimizer_impl}
 
 
 def check_addressable(shape: Shape) -> None:

@@ -27,6 +27,19 @@ from torch.utils._python_dispatch import TorchDispatchMode
 # Ops that never allocate; under fake tensors prim.device alone is ~70% of all dispatches.
 _NO_ALLOCATION = frozenset({torch.ops.prim.device.default})
 CATEGORIES = ("parameters", "gradients", "inputs", "activations", "temporaries")
+# --- issue 24: optimizer ---
+# An optimizer's states (registered with track) and what its step allocates (``new_kind``).
+# A breakdown lists them only where they hold bytes at the peak (``breakdown_of``), so a
+# point without an optimizer keeps today's five keys.
+OPTIMIZER_CATEGORIES = ("optimizer_state", "optimizer_temporaries")
+CATEGORIES = CATEGORIES + OPTIMIZER_CATEGORIES
+BASE_CATEGORIES = CATEGORIES[:5]
+
+
+def breakdown_of(by: dict) -> dict:
+    """A breakdown at the peak from bytes per category: the five base categories always,
+    the optimizer's where non-zero."""
+    return {c: by.get(c, 0) for c in CATEGORIES if c in BASE_CATEGORIES or by.get(c, 0)}
 
 # Trace events (tuples, cheap to make; ``MemoryTracker.trace``), in the order they happened:
 ALLOC = "alloc"  # (ALLOC, serial, nbytes, op): a new storage; op "" for one registered with track()
@@ -110,7 +123,9 @@ class MemoryTracker(TorchDispatchMode):
     Categories at the peak: ``parameters`` and ``inputs`` (registered with ``track``),
     ``gradients`` (storages that end up as a ``.grad``; call ``mark_gradients``),
     ``activations`` (saved for backward; seen through saved-tensor hooks) and
-    ``temporaries`` (everything else).
+    ``temporaries`` (everything else); with an optimizer (issue 24) ``optimizer_state``
+    (registered with ``track``) and ``optimizer_temporaries`` (allocated while ``new_kind``
+    names it: the step).
     """
 
     def __init__(self, trace: bool = False):
@@ -129,6 +144,7 @@ class MemoryTracker(TorchDispatchMode):
         self._hooks = None
         self._watch: dict[int, weakref.ref] = {}  # serial -> a weak reference to its live storage
         self.trace: Optional[list] = [] if trace else None  # the event sequence, when asked for
+        self.new_kind: Optional[str] = None  # the category of every storage allocated while set (issue 24)
 
     # --- storage bookkeeping ---------------------------------------------------------
     def _serial_of(self, t: torch.Tensor) -> int:
@@ -144,6 +160,8 @@ class MemoryTracker(TorchDispatchMode):
         self._serial += 1
         serial = self._serial
         self._origin[serial] = (op, tuple(t.shape), _dtype_name(t.dtype))
+        if self.new_kind is not None and op:
+            self._kind[serial] = self.new_kind
         self._live[key] = (serial, nbytes)
         if self.trace is not None:
             self.trace.append((ALLOC, serial, nbytes, op))
@@ -263,10 +281,11 @@ class MemoryTracker(TorchDispatchMode):
 
     def breakdown_at_peak(self) -> dict:
         self._snapshot_if_at_peak()
-        out = {c: 0 for c in CATEGORIES}
+        out: dict = {}
         for serial, nbytes in self._peak:
-            out[self._category(serial)] += nbytes
-        return out
+            category = self._category(serial)
+            out[category] = out.get(category, 0) + nbytes
+        return breakdown_of(out)
 
     def largest_at_peak(self, count: int = 5) -> list[dict]:
         """The biggest storages live at the peak: which op made them, and their shape."""
