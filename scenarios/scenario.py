@@ -118,6 +118,8 @@ class Scenario:
         need(self.optimizer in OPTIMIZERS, f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {_shown(self.optimizer)}")
         need(self.optimizer_impl in OPTIMIZER_IMPLS,
              f"optimizer_impl must be one of {_IMPLS_SHOWN}, got {_shown(self.optimizer_impl)}")
+        need(not (self.optimizer_impl and self.optimizer == "none"),
+             f"optimizer_impl {self.optimizer_impl} needs an optimizer (--optimizer sgd | adamw)")
         need(not (self.forward_only and self.optimizer != "none"),
              f"optimizer {self.optimizer} needs a backward: leave out forward_only (--forward-only)")
         if self.tokens_per_batch:

@@ -28,11 +28,9 @@ class _StepOnly:
                        for shape, stride, dtype, _ in layouts]
         self.optimizer = build(point, self.params, impl_device)
         self.states_of = lambda p: states(self.optimizer, p)
-        self.grads = []
         for p, (_, _, dtype, grad) in zip(self.params, layouts):
             if grad is not None:
-                p.grad = torch.empty_strided(*grad, dtype=dtype)
-                self.grads.append(p.grad)
+                p.grad = torch.empty_strided(*grad, dtype=dtype)  # held by its parameter only: zero_grad frees it
 
     def update(self) -> None:
         self.optimizer.step()
@@ -51,7 +49,7 @@ def trace_step(point: Point, layouts: list, *, count_flops: bool = True, impl_de
         tracer = Tracer(count_flops)
         with tracer:
             track_model_states(tracer, work, work.params)
-            tracer.mark_gradients(work.grads)
+            tracer.mark_gradients([p.grad for p in work.params if p.grad is not None])
             start = len(tracer.trace)
             step_pass(work, tracer)
     return tracer, start
