@@ -32,7 +32,7 @@ from typing import Callable, Optional
 import pandas as pd
 
 from attnprof.errors import UserError
-from attnprof.profiler.records import Point, Shape
+from attnprof.profiler.records import IDENTITY_DEFAULTS, Point, Shape
 from attnprof.profiler.units import GIB, fmt_bytes, fmt_len
 from attnprof.profiler.predict.curve import MAX_EXP, MIN_EXP, Curve, Fit, gpu_value, search_curves  # noqa: F401
 from attnprof.reports import render_cache
@@ -259,10 +259,13 @@ def point_maker(rows: pd.DataFrame) -> Callable[[int], Point]:
     first = rows.iloc[0]
     batch_of = _batch_rule(rows)
 
+    # the later identity fields (issue 24: the optimizer, ...) as the series' records have them
+    later = {k: type(d)(first[k]) if k in first.index and not pd.isna(first[k]) else d for k, d in IDENTITY_DEFAULTS.items()}
+
     def shape_at(n: int) -> Shape:
         return Shape(batch=batch_of(n), seq_len=n, d_model=int(first["d_model"]), heads=int(first["heads"]),
                      layers=int(first["layers"]), dtype=str(first["dtype"]), ff_mult=int(first["ff_mult"]),
-                     ff_chunks=int(first["ff_chunks"]))
+                     ff_chunks=int(first["ff_chunks"]), **later)
 
     # the series' label parsed once (built-ins only: a report never imports code a label names)
     label = str(first["variant"])

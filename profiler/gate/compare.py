@@ -23,7 +23,8 @@ EXACT_METHODS = ("tensor-tracker", "cuda-allocator")  # measured_by values that 
 # Scenario fields that change what a point's figures mean. Not compared: lengths, variants
 # and modes (they decide which points exist: see missing points), timing settings, paths.
 SCENARIO_FIELDS = ("name", "scope", "batch", "tokens_per_batch", "d_model", "heads", "layers",
-                   "dtype", "ff_chunks", "forward_only")
+                   "dtype", "ff_chunks", "forward_only",
+                   "optimizer", "optimizer_impl")  # issue 24: optimizer
 # ok: within tolerance. regression: fails the gate. improved: better beyond tolerance.
 # new: a figure the baseline lacks. changed: a non-ok status became another. info: not gated.
 VERDICTS = ("ok", "regression", "improved", "new", "changed", "info")

@@ -201,9 +201,10 @@ def _guess(s: Series, lengths: list, lo: int, hi: int, budget: int) -> int:
 
 
 def _fixed_bytes(record: dict) -> int:
-    """The bytes of a prediction that do not grow with n: parameters and gradients."""
+    """The bytes of a prediction that do not grow with n: parameters and gradients (and an
+    optimizer's states and step temporaries, issue 24)."""
     breakdown = record.get("predicted_breakdown_bytes") or {}
-    return breakdown.get("parameters", 0) + breakdown.get("gradients", 0)
+    return sum(breakdown.get(c, 0) for c in ("parameters", "gradients", "optimizer_state", "optimizer_temporaries"))
 
 
 def _finer(s: Series, budget: int, best: Optional[int], above: Optional[int], limit: int, step: int):
@@ -219,11 +220,19 @@ def _finer(s: Series, budget: int, best: Optional[int], above: Optional[int], li
     return (lo_n or None), (hi if hi <= limit else None)
 
 
+_OPTIMIZER_COLUMNS = {"optimizer_state": "opt_state", "optimizer_temporaries": "opt_temps"}  # category -> column
+
+
 def format_table(rows: list[dict], budget_bytes: int | None = None) -> str:
     """A plain-text table: one line per record."""
     head = ["variant", "mode", "seq_len", "batch", "peak", "params", "grads", "activations", "temporaries", "FLOPs"]
     if budget_bytes is not None:
         head = ["variant", "mode", "longest_fit", "peak_there", "limited_by"]
+    # --- issue 24: optimizer --- (its columns only where a row has an optimizer)
+    optimizer = budget_bytes is None and any(set(r.get("predicted_breakdown_bytes") or {}) & set(_OPTIMIZER_COLUMNS)
+                                             for r in rows)
+    if optimizer:
+        head = head[:-1] + list(_OPTIMIZER_COLUMNS.values()) + head[-1:]
     lines = [head]
     for r in rows:
         if budget_bytes is not None:
@@ -235,9 +244,10 @@ def format_table(rows: list[dict], budget_bytes: int | None = None) -> str:
                          + ["-"] * (len(head) - 5) + [r["reason"]])
             continue
         br = r["predicted_breakdown_bytes"]
+        extra = [fmt_bytes(br.get(c, 0)) for c in _OPTIMIZER_COLUMNS] if optimizer else []
         lines.append([r["variant"], r["mode"], str(r["seq_len"]), str(r["batch"]), fmt_bytes(r["predicted_peak_bytes"]),
                       fmt_bytes(br["parameters"] + br["inputs"]), fmt_bytes(br["gradients"]),
-                      fmt_bytes(br["activations"]), fmt_bytes(br["temporaries"]), fmt_flops(r["flops"])])
+                      fmt_bytes(br["activations"]), fmt_bytes(br["temporaries"]), *extra, fmt_flops(r["flops"])])
     lines = [[printable(cell) for cell in row] for row in lines]  # labels and reasons: one line each
     widths = [max(len(row[i]) for row in lines if i < len(row)) for i in range(len(head))]
     text = ["  ".join(cell.ljust(widths[i]) if i < len(widths) else cell for i, cell in enumerate(row)).rstrip()
