@@ -60,7 +60,7 @@ def drive(work, tracker: MemoryTracker, *, track_parameters: Optional[Callable[[
         phase("backward")
         work.backward(result)
         tracker.mark_gradients(work.grads())
-        if work.optimizer is not None:  # --- issue 24: optimizer ---
+        if getattr(work, "optimizer", None) is not None:  # --- issue 24: optimizer ---
             phase("step")
             step_pass(work, tracker)
     del result
@@ -71,7 +71,7 @@ def track_model_states(tracker: MemoryTracker, work, params: list) -> None:
     """Register parameters as live, each followed by its optimizer states (primed when the
     workload was built: profiler/measure/optimizer.py); without an optimizer exactly
     ``tracker.track(params, "parameters")``."""
-    if work.optimizer is None:
+    if getattr(work, "optimizer", None) is None:
         tracker.track(params, "parameters")
         return
     for p in params:

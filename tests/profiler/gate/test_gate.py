@@ -51,7 +51,8 @@ def assert_error(baseline, run, fragment, **kwargs):
 
 IDENTITY_CHANGES = {"variant": "sdpa", "mode": "checkpoint", "scope": "attention", "seq_len": 1024, "batch": 2,
                     "d_model": 128, "heads": 8, "layers": 3, "dtype": "bfloat16", "ff_mult": 2, "ff_chunks": 2,
-                    "forward_only": True}
+                    "forward_only": True,
+                    "optimizer": "adamw", "optimizer_impl": "foreach"}  # issue 24: optimizer
 
 
 def test_every_identity_field_tells_points_apart(tmp_path, baseline):
