@@ -5,8 +5,9 @@ Which implementation. ``optimizer_impl`` "" means what ``torch.optim.AdamW`` (an
 pick by themselves: at step time they call ``torch.optim.optimizer._default_to_fused_or_foreach``
 (``use_fused=False``), which asks whether every parameter is a plain tensor on a device in
 ``_get_foreach_kernels_supported_devices()``. ``default_impl`` asks that function itself
-about a real one-element tensor of the device; where none can be made (CUDA on a CPU build:
-the GPU memory model) it reads the same device list. In torch 2.13 that is forloop on the
+about a real one-element CPU tensor; for another device (CUDA: the GPU memory model and
+GPU runs) it reads the same device list, since a probe tensor there would initialise the
+device (docs/gpu.md: fork). In torch 2.13 that is forloop on the
 CPU and foreach on CUDA. The choice is always passed to the constructor explicitly: a fake
 parameter is a ``FakeTensor``, not a plain tensor, and torch's own default would pick the
 for-loop for it everywhere.
@@ -45,12 +46,10 @@ def default_impl(device_type: str) -> str:
     from torch.optim.optimizer import _default_to_fused_or_foreach
     from torch.utils._foreach_utils import _get_foreach_kernels_supported_devices
 
-    try:
-        probe = torch.empty(1, device=device_type)  # a real tensor: torch's own check reads its type and device
-    except (RuntimeError, AssertionError):  # not on this build: its rule, from its device list
+    if device_type == "cpu":  # a real tensor: torch's own check reads its type and device
+        fused, foreach = _default_to_fused_or_foreach([torch.empty(1)], differentiable=False, use_fused=False)
+    else:  # its rule, from its device list: a probe tensor would initialise the device (and poison fork)
         fused, foreach = False, device_type in _get_foreach_kernels_supported_devices()
-    else:
-        fused, foreach = _default_to_fused_or_foreach([probe], differentiable=False, use_fused=False)
     return "fused" if fused else "foreach" if foreach else "forloop"
 
 
