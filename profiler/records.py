@@ -68,6 +68,11 @@ def later(default, *, choices: tuple = (), kind: str = ""):
     return field(default=default, metadata={"later": True, "choices": choices, "kind": kind})
 
 
+# --- issue 24: optimizer ---
+OPTIMIZERS = ("none", "sgd", "adamw")  # profiler/measure/optimizer.py builds them
+OPTIMIZER_IMPLS = ("", "foreach", "fused", "forloop")  # "": torch's default on the device
+
+
 @dataclass(frozen=True)
 class Shape:
     seq_len: int = 1024  # tokens per sequence (n)
@@ -86,6 +91,9 @@ class Shape:
     # "": no autocast; "bfloat16" | "float16": the forward runs under torch.autocast in that
     # dtype over float32 parameters and gradients (mixed precision: --precision amp-bf16 | amp-fp16)
     autocast: str = later("", choices=AUTOCAST_DTYPES)
+    # --- issue 24: optimizer ---
+    optimizer: str = later("none", choices=OPTIMIZERS)  # the step after backward: none | sgd (momentum 0.9) | adamw
+    optimizer_impl: str = later("", choices=OPTIMIZER_IMPLS)  # "" = what torch picks on the device
 
     def __post_init__(self):
         object.__setattr__(self, "dtype", canonical_dtype(self.dtype))
@@ -271,6 +279,9 @@ class PointRecord:
     norm: str = "layernorm"
     # --- issue 24: precision ---
     autocast: str = ""  # Shape.autocast: "" | "bfloat16" | "float16"
+    # --- issue 24: optimizer ---
+    optimizer: str = "none"
+    optimizer_impl: str = ""
     forward_only: bool = False
     # --- outcome ---
     status: str = "ok"  # one of STATUSES

@@ -261,6 +261,9 @@ def point_maker(rows: pd.DataFrame) -> Callable[[int], Point]:
     # --- issue 24: the later identity fields (records.IDENTITY_DEFAULTS) as the series has them
     later = {k: type(d)(first[k]) for k, d in IDENTITY_DEFAULTS.items() if k in first}
 
+    # the later identity fields (issue 24: the optimizer, ...) as the series' records have them
+    later = {k: type(d)(first[k]) if k in first.index and not pd.isna(first[k]) else d for k, d in IDENTITY_DEFAULTS.items()}
+
     def shape_at(n: int) -> Shape:
         return Shape(batch=batch_of(n), seq_len=n, d_model=int(first["d_model"]), heads=int(first["heads"]),
                      layers=int(first["layers"]), dtype=str(first["dtype"]), ff_mult=int(first["ff_mult"]),

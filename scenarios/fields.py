@@ -106,6 +106,13 @@ FIELDS: tuple[Field, ...] = (
           "fp32 | bf16 | fp16 (pure: the --dtype choices) | amp-bf16 | amp-fp16 (torch.autocast over float32 "
           "parameters and gradients; amp-fp16 with a GradScaler). Default: as --dtype says.",
           "--precision", SHAPE, kind="text", show_default=False),
+    # --- issue 24: optimizer ---
+    Field("optimizer", Optional[str], "", "none",
+          "the step after backward: none | sgd (momentum 0.9) | adamw; its states count from the start",
+          "--optimizer", SHAPE, kind="text"),
+    Field("optimizer_impl", Optional[str], "", "",
+          "foreach | fused | forloop; default: what torch.optim picks on the device", "--optimizer-impl", SHAPE,
+          kind="text", show_default=False),
     # --- sequence lengths ------------------------------------------------------------------------------------------
     Field("seq_lens", Optional[Sequence[int]], "tokens", (),  # explicit lengths; empty = powers of two min..max
           "a sequence length, repeatable", "--seq-len", LENGTHS, kind="lengths", refuse_upto=0, refusal=_LENGTH,

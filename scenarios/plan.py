@@ -36,7 +36,7 @@ def shape_at(scenario: Scenario, seq_len: int) -> Shape:
         raise PlanError(f"sequence length must be positive, got {seq_len}")
     shape = Shape(batch=scenario.batch_for(seq_len), seq_len=seq_len, d_model=scenario.d_model,
                   heads=scenario.heads, layers=scenario.layers, dtype=scenario.dtype, ff_chunks=scenario.ff_chunks,
-                  **block_options(scenario), **precision_fields(scenario))
+                  **block_options(scenario), **precision_fields(scenario), **_optimizer_fields(scenario))
     check_addressable(shape)
     return shape
 
@@ -51,6 +51,9 @@ def precision_fields(scenario: Scenario) -> dict:
     (the pure choices are --dtype's: the Scenario checked that the two agree)."""
     autocast = PRECISIONS[scenario.precision][1] if scenario.precision else ""
     return {"autocast": autocast} if autocast else {}
+# --- issue 24: optimizer ---
+def _optimizer_fields(scenario: Scenario) -> dict:
+    return {"optimizer": scenario.optimizer, "optimizer_impl": scenario.optimizer_impl}
 
 
 def check_addressable(shape: Shape) -> None:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from attnprof.errors import UserError
 from attnprof.profiler.records import DTYPE_BYTES, MLPS, NORMS, ShapeError, canonical_dtype, precision_problem
+from attnprof.profiler.records import OPTIMIZER_IMPLS, OPTIMIZERS  # issue 24: optimizer
 from attnprof.profiler.units import INT64_MAX
 from attnprof.scenarios.fields import BY_NAME, default, names_of
 
@@ -37,6 +38,8 @@ class ScenarioError(UserError):
 
 
 # Field kinds (scenarios/fields.py), checked in this order, each in Scenario's field order.
+_IMPLS_SHOWN = ", ".join(i or '""' for i in OPTIMIZER_IMPLS)  # issue 24: optimizer
+
 # Lists arrive from TOML (and to_dict) and are kept as tuples.
 _LIST_ITEMS = {"labels": str, "lengths": int}
 
@@ -67,6 +70,9 @@ class Scenario:
     ffn_dim: int = default("ffn_dim")
     norm: str = default("norm")
     precision: str = default("precision")  # --- issue 24: precision --- ("" = as dtype says)
+    # --- issue 24: optimizer ---
+    optimizer: str = default("optimizer")
+    optimizer_impl: str = default("optimizer_impl")
     repeats: int = default("repeats")
     warmup: int = default("warmup")
     point_timeout_s: float = default("point_timeout_s")
@@ -120,6 +126,14 @@ class Scenario:
         need(problem is None, (problem or "").replace("--", ""))
         problem = self._size_problem(DTYPE_BYTES[dtype])
         need(problem is None, problem or "")
+        # --- issue 24: optimizer ---
+        need(self.optimizer in OPTIMIZERS, f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {_shown(self.optimizer)}")
+        need(self.optimizer_impl in OPTIMIZER_IMPLS,
+             f"optimizer_impl must be one of {_IMPLS_SHOWN}, got {_shown(self.optimizer_impl)}")
+        need(not (self.optimizer_impl and self.optimizer == "none"),
+             f"optimizer_impl {self.optimizer_impl} needs an optimizer (--optimizer sgd | adamw)")
+        need(not (self.forward_only and self.optimizer != "none"),
+             f"optimizer {self.optimizer} needs a backward: leave out forward_only (--forward-only)")
         if self.tokens_per_batch:
             longest = max(self.lengths() or [0])
             need(self.tokens_per_batch >= longest,

@@ -10,7 +10,7 @@ Headline figures start from an empty prediction cache (a fresh ATTNPROF_CACHE_DI
 run); the warm figures repeat the same command on the cache the cold run left. Goals:
 tiny <= 1.5x, 18 points <= 2.5x, frontier <= 6x (cold).
 
-    .venv/bin/python scripts/bench_predict.py [--rounds 3] [--skip-frontier]
+    .venv/bin/python scripts/bench_predict.py [--rounds 3] [--skip-frontier] [--extra "--optimizer adamw"]
 
 A benchmark, not a test: the exactness of every fast prediction is tested in
 tests/profiler/predict/test_compose.py. Prints the load average (os.getloadavg) before
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -55,14 +56,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median of each)")
     parser.add_argument("--skip-frontier", action="store_true", help="leave out the --budget case (the slowest)")
+    parser.add_argument("--extra", default="", help="predict arguments added to every case, e.g. '--optimizer adamw'")
     args = parser.parse_args()
-    cases = {k: v for k, v in CASES.items() if not (args.skip_frontier and "frontier" in k)}
+    extra = shlex.split(args.extra)
+    cases = {k: (argv + extra, goal) for k, (argv, goal) in CASES.items() if not (args.skip_frontier and "frontier" in k)}
     predict = [*attnprof_command(), "predict"]
     torch_cmd = [sys.executable, "-c", "import torch"]
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="attnprof-bench-") as tmp:
         wall_s(torch_cmd)  # warm the file cache and .pyc files; not counted
-        wall_s([*predict, *CASES["tiny point"][0]], cache=os.path.join(tmp, "warmup"))
+        wall_s([*predict, *CASES["tiny point"][0], *extra], cache=os.path.join(tmp, "warmup"))
         times: dict[str, list[float]] = {"python -c 'import torch'": []}
         for name in cases:
             times[name] = []

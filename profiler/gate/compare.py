@@ -24,7 +24,8 @@ EXACT_METHODS = ("tensor-tracker", "cuda-allocator")  # measured_by values that 
 # and modes (they decide which points exist: see missing points), timing settings, paths.
 SCENARIO_FIELDS = ("name", "scope", "batch", "tokens_per_batch", "d_model", "heads", "layers",
                    "dtype", "ff_chunks", "forward_only")
-SCENARIO_FIELDS += ("mlp", "ffn_dim", "norm")  # --- issue 24: block options (absent from older manifests: not compared)
+# --- issue 24 (absent from older manifests: not compared) ---
+SCENARIO_FIELDS += ("mlp", "ffn_dim", "norm", "precision", "optimizer", "optimizer_impl")
 # ok: within tolerance. regression: fails the gate. improved: better beyond tolerance.
 # new: a figure the baseline lacks. changed: a non-ok status became another. info: not gated.
 VERDICTS = ("ok", "regression", "improved", "new", "changed", "info")

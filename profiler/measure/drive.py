@@ -31,7 +31,7 @@ from attnprof.profiler.measure.flops import REGISTRY
 from attnprof.profiler.measure.tracker import OP, MemoryTracker, tensors_in
 from attnprof.profiler.records import Point
 
-PASSES = ("param", "fwd", "bwd")
+PASSES = ("param", "fwd", "bwd", "step")  # step: the optimizer's (issue 24), after backward
 PROLOGUE = -1  # the period number of what a pass does before its first period (once in any stack)
 MARK_LABEL = "attnprof.period"  # label[0] of the period marks this module puts into the trace
 
@@ -50,7 +50,7 @@ def drive(work, tracker: MemoryTracker, *, track_parameters: Optional[Callable[[
     called as each pass starts; ``track_parameters`` may register ``work.params`` itself,
     in the same order."""
     if track_parameters is None:
-        tracker.track(work.params, "parameters")
+        track_model_states(tracker, work, work.params)
     else:
         track_parameters()
     tracker.track([*work.inputs, work.dout], "inputs")  # dout: the upstream gradient, None if forward-only
@@ -60,7 +60,33 @@ def drive(work, tracker: MemoryTracker, *, track_parameters: Optional[Callable[[
         phase("backward")
         work.backward(result)
         tracker.mark_gradients(work.grads())
+        if getattr(work, "optimizer", None) is not None:  # --- issue 24: optimizer ---
+            phase("step")
+            step_pass(work, tracker)
     del result
+
+
+# --- issue 24: optimizer -----------------------------------------------------------------
+def track_model_states(tracker: MemoryTracker, work, params: list) -> None:
+    """Register parameters as live, each followed by its optimizer states (primed when the
+    workload was built: profiler/measure/optimizer.py); without an optimizer exactly
+    ``tracker.track(params, "parameters")``."""
+    if getattr(work, "optimizer", None) is None:
+        tracker.track(params, "parameters")
+        return
+    for p in params:
+        tracker.track([p], "parameters")
+        tracker.track(work.states_of(p), "optimizer_state")
+
+
+def step_pass(work, tracker: MemoryTracker) -> None:
+    """The optimizer step and the gradients released (``Workload.update``), everything it
+    allocates counted as ``optimizer_temporaries``."""
+    tracker.new_kind = "optimizer_temporaries"
+    try:
+        work.update()
+    finally:
+        tracker.new_kind = None
 
 
 # --- the tracer --------------------------------------------------------------------------
@@ -185,7 +211,7 @@ class Marks:
         return hook
 
     def track_parameters(self) -> None:
-        """``tracker.track(work.params)``, in the same order, a mark before each period's."""
+        """``track_model_states(work.params)``, in the same order, a mark before each period's."""
         if not self.ok:
             self.tracer.track(self.work.params, "parameters")
             return
@@ -195,9 +221,16 @@ class Marks:
             if j % self.period == 0:
                 self.mark("param", j // self.period)
             own = list(block.parameters())
-            self.tracer.track(own, "parameters")
+            track_model_states(self.tracer, self.work, own)
             count += len(own)
-        self.tracer.track(self.work.params[count:], "parameters")  # the final norm's
+        track_model_states(self.tracer, self.work, self.work.params[count:])  # the final norm's
+
+    def groups(self) -> list:
+        """``work.params`` per period, the final norm's with the last (issue 24: the step's)."""
+        out = [[p for b in self.blocks[k * self.period:(k + 1) * self.period] for p in b.parameters()]
+               for k in range(self.periods)]
+        out[-1] += self.work.params[sum(len(g) for g in out):]
+        return out
 
     def start(self, phase: str) -> None:
         self.phase = phase
@@ -226,6 +259,9 @@ class Traced:
     periods: int  # K, when the run is marked for composition; 0 otherwise
     wall_ms: float = 0.0
     io: dict = field(default_factory=dict)  # trace position -> (bytes read, bytes written) of the op there
+    # issue 24: the parameters the optimizer step updated, per period when marked (one group otherwise):
+    # each (shape, stride, dtype, its gradient's (shape, stride) or None), as ``trace_step`` takes them
+    step_params: list = field(default_factory=list)
 
     def op_costs(self) -> list:
         """Every op of the run, counted: ``op_costs_rows`` of {(pass, op, flops, read, written): n}."""
@@ -262,17 +298,21 @@ def trace_point(point: Point, *, marks: bool = False, count_flops: bool = True, 
     start = time.perf_counter()
     torch.manual_seed(seed)
     # the mode is made inside light_dynamo: FakeTensorMode() reads torch._dynamo.config
-    with light_dynamo(), (_fake_mode(mode) if real_limit_bytes is None else contextlib.nullcontext()):
+    with light_dynamo(), (fake_mode(mode) if real_limit_bytes is None else contextlib.nullcontext()):
         work = Workload(point, "cpu")
         tracer = Tracer(count_flops, limit_bytes=real_limit_bytes)
         marker = Marks(tracer, work, work.spec.layer_period()) if marks and point.scope == "model" else None
         backward_at = []
 
+        step_params = []
+
         def phase(name: str) -> None:
             if name == "backward":
                 backward_at.append(len(tracer.trace))
+            if name == "step":
+                step_params.extend(_layouts(marker.groups() if marker is not None and marker.ok else [work.params]))
             if marker is not None:
-                marker.start("fwd" if name == "forward" else "bwd")
+                marker.start({"forward": "fwd", "backward": "bwd"}.get(name, name))
 
         try:
             with tracer:
@@ -287,10 +327,16 @@ def trace_point(point: Point, *, marks: bool = False, count_flops: bool = True, 
     return Traced(point, report.peak_bytes, report.breakdown_bytes, report.largest_at_peak, tracer.trace[:end],
                   tracer.flops, tracer.reads, backward_at[0] if backward_at else end, categories, origins,
                   marker.periods if marker is not None and marker.ok else 0, (time.perf_counter() - start) * 1e3,
-                  tracer.io)
+                  tracer.io, step_params)
 
 
-def _fake_mode(mode: Optional[type]):
+def _layouts(groups: list) -> list:
+    """Each group's parameters as (shape, stride, dtype, its gradient's (shape, stride) or None)."""
+    return [[(tuple(p.shape), p.stride(), p.dtype, None if p.grad is None else (tuple(p.grad.shape), p.grad.stride()))
+             for p in group] for group in groups]
+
+
+def fake_mode(mode: Optional[type]):
     """The fake mode a trace runs in (imported when needed: the fake-tensor machinery costs ~0.8 s)."""
     from attnprof.profiler.measure.internals import new_fake_mode
 

@@ -15,7 +15,10 @@ Anything else asked of the stand-in (an attribute, a submodule) executes the rea
 package's ``__init__`` into that same module object, as ``importlib.util.LazyLoader``
 does, so the stand-in *becomes* the real package. On exit the stand-in is removed
 unless it became real, and the functions it "disabled" forget that, so a later real
-``torch._dynamo.disable`` wraps them as torch would. Nothing changes when
+``torch._dynamo.disable`` wraps them as torch would. A submodule (``torch._dynamo.source``:
+FakeTensorMode imports it where it converts a real tensor, e.g. the 0-dim ``step`` tensors
+torch.optim makes) is imported alone, without the package's ``__init__``. ``graph_break`` (torch.optim's step
+calls it) does nothing, as the real one does outside compilation. Nothing changes when
 ``torch._dynamo`` is already imported.
 """
 
@@ -54,22 +57,34 @@ def light_dynamo():
         return fn
 
     def become_real(name: str):
-        """Module __getattr__ (PEP 562): anything beyond config/disable loads the package."""
+        """Module __getattr__ (PEP 562): a submodule is imported alone (``from . import utils``
+        in ``torch._dynamo.source``, which the fake mode imports to convert a real tensor);
+        anything else beyond config/disable loads the package."""
         namespace = stand_in.__dict__
         if "__getattr__" not in namespace:  # loading already (a circular lookup)
             raise AttributeError(name)
-        del namespace["__getattr__"], namespace["disable"]
+        if not name.startswith("__") and importlib.util.find_spec(f"{_PACKAGE}.{name}") is not None:
+            before = set(sys.modules)
+            module = importlib.import_module(f"{_PACKAGE}.{name}")
+            _ALONE.update({k: sys.modules[k] for k in set(sys.modules) - before if k.startswith(_PACKAGE + ".")})
+            return module
+        del namespace["__getattr__"], namespace["disable"], namespace["graph_break"]
         spec.loader.exec_module(stand_in)
         return getattr(stand_in, name)
 
     stand_in.__getattr__ = become_real
     stand_in.disable = disable
+    stand_in.graph_break = _graph_break
     sys.modules[_PACKAGE] = stand_in
     had_attr = "_dynamo" in torch.__dict__
     try:
         # a child of the stand-in: only config.py runs (or the module a previous stand-in left)
         stand_in.config = importlib.import_module(_PACKAGE + ".config")
         torch._dynamo = stand_in
+        for key, module in _ALONE.items():  # submodules a previous stand-in imported alone
+            sys.modules.setdefault(key, module)
+            if key.count(".") == 2:
+                setattr(stand_in, key.rsplit(".", 1)[1], module)
     except BaseException:
         _remove(stand_in, had_attr)
         raise
@@ -83,9 +98,20 @@ def light_dynamo():
             _remove(stand_in, had_attr)
 
 
+def _graph_break() -> None:
+    """``torch._dynamo.graph_break`` outside compilation: nothing (torch.optim's ``step``
+    calls it twice per step, and it is all an optimizer step asks of the package)."""
+
+
+_ALONE: dict = {}  # "torch._dynamo.x" -> a submodule imported alone under a stand-in (kept for the next one)
+
+
 def _remove(stand_in, had_attr: bool) -> None:
     if sys.modules.get(_PACKAGE) is stand_in:
         del sys.modules[_PACKAGE]
+    for key, module in _ALONE.items():  # out of sight, so that a real import later loads its own
+        if sys.modules.get(key) is module:
+            del sys.modules[key]
     if torch.__dict__.get("_dynamo") is stand_in and not had_attr:
         del torch._dynamo
     # torch._dynamo.config stays in sys.modules: the real package, imported later, adopts it

@@ -32,6 +32,19 @@ CATEGORIES = ("parameters", "gradients", "inputs", "activations", "temporaries")
 # the low-precision weights it casts (and caches until the region exits), apart from the fp32 parameters.
 CATEGORIES += ("autocast_copies",)
 _TO_COPY = torch.ops.aten._to_copy.default
+# --- issue 24: optimizer ---
+# An optimizer's states (registered with track) and what its step allocates (``new_kind``).
+# A breakdown lists these and the autocast copies only where they hold bytes at the peak
+# (``breakdown_of``), so a point without them keeps today's five keys.
+OPTIMIZER_CATEGORIES = ("optimizer_state", "optimizer_temporaries")
+CATEGORIES = CATEGORIES + OPTIMIZER_CATEGORIES
+BASE_CATEGORIES = CATEGORIES[:5]
+
+
+def breakdown_of(by: dict) -> dict:
+    """A breakdown at the peak from bytes per category: the five base categories always,
+    the autocast copies and the optimizer's where non-zero."""
+    return {c: by.get(c, 0) for c in CATEGORIES if c in BASE_CATEGORIES or by.get(c, 0)}
 
 # Trace events (tuples, cheap to make; ``MemoryTracker.trace``), in the order they happened:
 ALLOC = "alloc"  # (ALLOC, serial, nbytes, op): a new storage; op "" for one registered with track()
@@ -114,9 +127,12 @@ class MemoryTracker(TorchDispatchMode):
 
     Categories at the peak: ``parameters`` and ``inputs`` (registered with ``track``),
     ``gradients`` (storages that end up as a ``.grad``; call ``mark_gradients``),
-    ``activations`` (saved for backward; seen through saved-tensor hooks),
-    ``autocast_copies`` (a parameter cast to another dtype, saved or not: what
-    torch.autocast casts and caches) and ``temporaries`` (everything else).
+    ``activations`` (saved for backward; seen through saved-tensor hooks) and
+    ``temporaries`` (everything else); under autocast (issue 24) ``autocast_copies`` (a
+    parameter cast to another dtype, saved or not: what torch.autocast casts and caches);
+    with an optimizer (issue 24) ``optimizer_state``
+    (registered with ``track``) and ``optimizer_temporaries`` (allocated while ``new_kind``
+    names it: the step).
     """
 
     def __init__(self, trace: bool = False):
@@ -135,6 +151,7 @@ class MemoryTracker(TorchDispatchMode):
         self._hooks = None
         self._watch: dict[int, weakref.ref] = {}  # serial -> a weak reference to its live storage
         self.trace: Optional[list] = [] if trace else None  # the event sequence, when asked for
+        self.new_kind: Optional[str] = None  # the category of every storage allocated while set (issue 24)
 
     # --- storage bookkeeping ---------------------------------------------------------
     def _serial_of(self, t: torch.Tensor) -> int:
@@ -150,6 +167,8 @@ class MemoryTracker(TorchDispatchMode):
         self._serial += 1
         serial = self._serial
         self._origin[serial] = (op, tuple(t.shape), _dtype_name(t.dtype))
+        if self.new_kind is not None and op:
+            self._kind[serial] = self.new_kind
         self._live[key] = (serial, nbytes)
         if self.trace is not None:
             self.trace.append((ALLOC, serial, nbytes, op))
@@ -281,10 +300,11 @@ class MemoryTracker(TorchDispatchMode):
 
     def breakdown_at_peak(self) -> dict:
         self._snapshot_if_at_peak()
-        out = {c: 0 for c in CATEGORIES}
+        out: dict = {}
         for serial, nbytes in self._peak:
-            out[self._category(serial)] += nbytes
-        return out
+            category = self._category(serial)
+            out[category] = out.get(category, 0) + nbytes
+        return breakdown_of(out)
 
     def largest_at_peak(self, count: int = 5) -> list[dict]:
         """The biggest storages live at the peak: which op made them, and their shape."""

@@ -31,6 +31,8 @@ import contextlib
 import torch
 from torch import nn
 
+from attnprof.profiler.measure.optimizer import build as build_optimizer  # issue 24: optimizer
+from attnprof.profiler.measure.optimizer import states as optimizer_states
 from attnprof.profiler.records import Point
 from attnprof.scenarios.variants.registry import spec_of
 from attnprof.scenarios.stack.blocks import Stack
@@ -97,7 +99,7 @@ class Workload:
     """A point made concrete on a device: ``spec`` (its parsed variant), ``params``, ``inputs``,
     ``dout``, ``forward()``, ``backward()``."""
 
-    def __init__(self, point: Point, device: str | torch.device = "cpu"):
+    def __init__(self, point: Point, device: str | torch.device = "cpu", *, impl_device: str = ""):
         self.point = point
         self.spec = spec = spec_of(point)  # the point's parsed variant (parsed here only for a hand-built point)
         shape = point.shape
@@ -132,6 +134,9 @@ class Workload:
         self.autocast, self.scaler = _mixed_precision(point, device)  # --- issue 24: precision ---
         if self.scaler is not None:  # its scale and growth tracker: state that exists before the step, counted
             self.inputs += [t for t in vars(self.scaler).values() if isinstance(t, torch.Tensor)]  # as inputs
+        # --- issue 24: optimizer --- (its states primed: profiler/measure/optimizer.py; ``impl_device``:
+        # the device type whose default implementation "" means, when it is not ``device``'s: the GPU model)
+        self.optimizer = build_optimizer(point, self.params, impl_device or device.type) if self.params else None
 
     def forward(self) -> torch.Tensor:
         """The forward pass; returns what ``backward`` starts from: the output (scope
@@ -156,8 +161,21 @@ class Workload:
         for t in self.params + self.inputs:
             t.grad = None
 
+    # --- issue 24: optimizer ---
+    def states_of(self, param: torch.Tensor) -> list[torch.Tensor]:
+        """The optimizer's state tensors of one parameter ([] without an optimizer)."""
+        return optimizer_states(self.optimizer, param) if self.optimizer is not None else []
+
+    def update(self) -> None:
+        """The optimizer step, then its gradients released as ``zero_grad(set_to_none=True)``
+        does (nothing without an optimizer)."""
+        if self.optimizer is not None:
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+
     def step(self) -> None:
-        """Forward, then backward unless forward-only."""
+        """Forward, then backward and the optimizer's update unless forward-only."""
         result = self.forward()
         if not self.point.forward_only:
             self.backward(result)
+            self.update()

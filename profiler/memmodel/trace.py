@@ -5,6 +5,12 @@ the upstream gradient, forward, backward) as ``accounting.account(point, fake=Tr
 with the tracker's ``trace`` on and a ``backward`` marker between the passes. Fake *CUDA* tensors cannot be used on the CPU
 build of torch (their backward aborts the process, ../shared/NOTES.md), so the trace has
 the CPU kernels' allocations; ``profiler/memmodel/sdpa_kernels.py`` substitutes the GPU's where they differ.
+
+With an optimizer (issue 24) the step pass follows backward, and ``optimizer_impl`` ""
+means what torch.optim picks for CUDA parameters (foreach where torch has the kernels,
+profiler/measure/optimizer.py). Its 0-dim ``step`` tensors, which torch keeps on the host
+unless fused or capturable, are replayed as device allocations: at most one 512-byte
+block per parameter tensor too many.
 """
 
 from __future__ import annotations
@@ -50,7 +56,7 @@ def record_trace(point: Point, *, sdpa_math: bool = False, seed: int = 0) -> Tra
     else:
         backend = contextlib.nullcontext()
     with light_dynamo(), new_fake_mode(quick=False):  # made inside: it reads torch._dynamo.config
-        work = Workload(point, "cpu")
+        work = Workload(point, "cpu", impl_device="cuda")  # the optimizer torch.optim picks on a GPU (issue 24)
         with backend, MemoryTracker(trace=True) as tracker:
             drive(work, tracker, phase=lambda name: tracker.mark("backward") if name == "backward" else None)
         peak = tracker.peak_bytes

@@ -185,7 +185,7 @@ def load(point: Point) -> Optional[dict]:
 
 
 def _valid(value) -> bool:
-    from attnprof.profiler.measure.tracker import CATEGORIES
+    from attnprof.profiler.measure.tracker import BASE_CATEGORIES, CATEGORIES
 
     def count(x) -> bool:
         return isinstance(x, int) and not isinstance(x, bool) and x >= 0
@@ -195,7 +195,7 @@ def _valid(value) -> bool:
     breakdown, largest = value["breakdown_bytes"], value["largest_at_peak"]
     return (count(value["peak_bytes"]) and count(value["flops_fwd"]) and count(value["flops_bwd"])
             and isinstance(value["method"], str)
-            and isinstance(breakdown, dict) and set(breakdown) == set(CATEGORIES)
+            and isinstance(breakdown, dict) and set(BASE_CATEGORIES) <= set(breakdown) <= set(CATEGORIES)
             and all(count(v) for v in breakdown.values())
             and isinstance(largest, list)
             and all(isinstance(t, dict) and set(t) == {"op", "shape", "dtype", "category", "bytes"}

@@ -42,10 +42,12 @@ checks that make composing it exact, and the composed figures read from those ru
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Optional
 
 from attnprof.profiler.measure.drive import MARK_LABEL, PROLOGUE, Traced, count_into, op_costs_rows
-from attnprof.profiler.measure.tracker import ALLOC, CATEGORIES, FREE, MARK, OP, TensorInfo
+from attnprof.profiler.measure.tracker import ALLOC, FREE, MARK, OP, TensorInfo, breakdown_of
+from attnprof.profiler.predict.compose_step import StepNotComposable, StepSummary, at_depth, summarise
 
 TRACED_PERIODS = 3  # first, one middle, last: the fewest that hold every kind of period
 
@@ -179,12 +181,14 @@ class Composition:
     periods: int  # K of the trace
     shape: dict = field(default_factory=dict)  # pass -> (has a prologue, periods ascending)
     summaries: dict = field(default_factory=dict)  # (pass, period) -> _Summary
+    step: Optional[StepSummary] = None  # the optimizer step at the traced depth (compose_step.py), if any
 
     @classmethod
     def of(cls, traced: Traced) -> "Composition":
         if traced.periods != TRACED_PERIODS:
             raise NotComposable(f"traced {traced.periods} periods, need {TRACED_PERIODS}")
-        runs = _runs(traced)
+        cut, step = _split_step(traced)
+        runs = _runs(cut)
         k = traced.periods
         passes = tuple(dict.fromkeys(tag[0] for tag in runs))
         shape = {}  # pass -> (has a prologue, periods ascending)
@@ -195,7 +199,7 @@ class Composition:
             if periods not in (list(range(k)), list(reversed(range(k)))):
                 raise NotComposable(f"pass {p} runs through periods {periods}, not 0..{k - 1} in one direction")
             shape[p] = (prologue, periods[0] == 0)
-        comp = cls(traced, runs, passes, k, shape)
+        comp = cls(traced, runs, passes, k, shape, step=step)
         if list(runs) != comp.instances(k):
             raise NotComposable(f"runs in the order {list(runs)}, not pass after pass")
         comp._check()
@@ -333,8 +337,14 @@ class Composition:
             base += s.net
             by = _plus(by, s.net_by)
             flops[tag[0]] += s.flops
-        breakdown = {c: peak_by.get(c, 0) for c in CATEGORIES}
-        largest = self._largest(instances, k, at) if at is not None else []
+        step, after = self.step_at(k), ()
+        if step is not None:  # after the composed backward: its end level, plus the step's top
+            flops["bwd"] = flops.get("bwd", 0) + step.flops  # timed with the backward (records: time_bwd_ms)
+            if step.top is not None and base + step.top > peak:
+                peak, peak_by = base + step.top, _plus(by, step.top_by)
+                at, after = (len(instances) - 1, len(self.runs[self.template(instances[-1], k)].events)), step.live_at_top
+        breakdown = breakdown_of(peak_by)
+        largest = self._largest(instances, k, at, after=after) if at is not None else []
         fwd = sum(v for p, v in flops.items() if p != "bwd")
         return peak, breakdown, largest, fwd, flops.get("bwd", 0)
 
@@ -345,9 +355,18 @@ class Composition:
             pass_ = "bwd" if tag[0] == "bwd" else "fwd"
             for key, n in self.summaries[self.template(tag, k)].costs.items():
                 count_into(costs, (pass_, *key), n)
+        step = self.step_at(k)
+        for key, n in (step.costs.items() if step is not None else ()):
+            count_into(costs, ("bwd", *key), n)
         return op_costs_rows(costs)
 
-    def _largest(self, instances: list, k: int, at: tuple, count: int = 5) -> list:
+    def step_at(self, k: int) -> Optional[StepSummary]:
+        """The optimizer step of a k-period stack: the traced one, or run alone at full depth."""
+        if self.step is None or k == self.periods:
+            return self.step
+        return at_depth(self.traced.point, self.traced.step_params, k)
+
+    def _largest(self, instances: list, k: int, at: tuple, count: int = 5, after: tuple = ()) -> list:
         """The ``count`` biggest storages live at the peak, biggest first, ties by age, as
         ``MemoryTracker.largest_at_peak`` lists them."""
         index = {tag: r for r, tag in enumerate(instances)}
@@ -370,6 +389,8 @@ class Composition:
                 if found == count:
                     break
         out = []
+        # ``after``: storages of the optimizer step live at its top (compose_step.py), younger than all
+        candidates += [(-alloc[0], total + j, alloc) for j, alloc in enumerate(after)]
         for _, _, (nbytes, category, origin) in sorted(candidates)[:count]:
             op, shape, dtype = origin or ("", (), "")
             out.append({"op": op or "(existing)", "shape": list(shape), "dtype": dtype, "category": category,
@@ -422,6 +443,26 @@ class Composition:
                 else:
                     out.append((MARK, event[1]))
         return out, flops
+
+
+def _split_step(traced: Traced) -> tuple:
+    """(the trace up to the optimizer step's mark, the step's summary or None)."""
+    mark = (MARK_LABEL, "step", PROLOGUE)
+    at = next((at for at in range(len(traced.trace) - 1, -1, -1) if traced.trace[at] == (MARK, mark)), None)
+    if at is None:
+        return traced, None
+    if len(traced.step_params) != TRACED_PERIODS or at in traced.flops:
+        raise NotComposable("the optimizer step's parameters are not known per period")
+    try:
+        step = summarise(traced.trace, at + 1, traced.flops, traced.io, traced.categories, traced.origins)
+    except StepNotComposable as exc:
+        raise NotComposable(str(exc)) from None
+
+    def before(d: dict) -> dict:
+        return {position: v for position, v in d.items() if position < at}
+
+    return replace(traced, trace=traced.trace[:at], flops=before(traced.flops), reads=before(traced.reads),
+                   io=before(traced.io)), step
 
 
 def _frees(run: _Run) -> list:

@@ -201,10 +201,11 @@ def _guess(s: Series, lengths: list, lo: int, hi: int, budget: int) -> int:
 
 
 def _fixed_bytes(record: dict) -> int:
-    """The bytes of a prediction that do not grow with n: parameters, gradients and the
-    parameters' autocast copies (issue 24)."""
+    """The bytes of a prediction that do not grow with n: parameters and gradients, and (issue 24)
+    the parameters' autocast copies, an optimizer's states and its step temporaries."""
     breakdown = record.get("predicted_breakdown_bytes") or {}
-    return breakdown.get("parameters", 0) + breakdown.get("gradients", 0) + breakdown.get("autocast_copies", 0)
+    return sum(breakdown.get(c, 0) for c in ("parameters", "gradients", "autocast_copies", "optimizer_state",
+                                             "optimizer_temporaries"))
 
 
 def _finer(s: Series, budget: int, best: Optional[int], above: Optional[int], limit: int, step: int):
@@ -230,6 +231,7 @@ def _with_copies(rows: list[dict], lines: list) -> list:
     at = lines[0].index("grads") + 1
     cells = ["autocast copies"] + [fmt_bytes(c) if r["status"] == "ok" else "-" for r, c in zip(rows, copies)]
     return [row[:at] + [cell] + row[at:] for row, cell in zip(lines, cells)]
+_OPTIMIZER_COLUMNS = {"optimizer_state": "opt_state", "optimizer_temporaries": "opt_temps"}  # category -> column
 
 
 def format_table(rows: list[dict], budget_bytes: int | None = None) -> str:
@@ -237,6 +239,11 @@ def format_table(rows: list[dict], budget_bytes: int | None = None) -> str:
     head = ["variant", "mode", "seq_len", "batch", "peak", "params", "grads", "activations", "temporaries", "FLOPs"]
     if budget_bytes is not None:
         head = ["variant", "mode", "longest_fit", "peak_there", "limited_by"]
+    # --- issue 24: optimizer --- (its columns only where a row has an optimizer)
+    optimizer = budget_bytes is None and any(set(r.get("predicted_breakdown_bytes") or {}) & set(_OPTIMIZER_COLUMNS)
+                                             for r in rows)
+    if optimizer:
+        head = head[:-1] + list(_OPTIMIZER_COLUMNS.values()) + head[-1:]
     lines = [head]
     for r in rows:
         if budget_bytes is not None:
@@ -248,9 +255,10 @@ def format_table(rows: list[dict], budget_bytes: int | None = None) -> str:
                          + ["-"] * (len(head) - 5) + [r["reason"]])
             continue
         br = r["predicted_breakdown_bytes"]
+        extra = [fmt_bytes(br.get(c, 0)) for c in _OPTIMIZER_COLUMNS] if optimizer else []
         lines.append([r["variant"], r["mode"], str(r["seq_len"]), str(r["batch"]), fmt_bytes(r["predicted_peak_bytes"]),
                       fmt_bytes(br["parameters"] + br["inputs"]), fmt_bytes(br["gradients"]),
-                      fmt_bytes(br["activations"]), fmt_bytes(br["temporaries"]), fmt_flops(r["flops"])])
+                      fmt_bytes(br["activations"]), fmt_bytes(br["temporaries"]), *extra, fmt_flops(r["flops"])])
     if budget_bytes is None:  # --- issue 24: precision --- the parameters' autocast copies, where there are any
         lines = _with_copies(rows, lines)
     lines = [[printable(cell) for cell in row] for row in lines]  # labels and reasons: one line each

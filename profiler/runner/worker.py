@@ -205,7 +205,7 @@ def _timing_pass(point: Point, record: PointRecord, settings: dict, memory_pass_
     if device == "cpu" and memory_pass_s >= WARM_AFTER_S and warmup:
         warmup = 0
         _add_reason(record, f"no extra warm-up: the {memory_pass_s:.1f} s memory pass ran the same ops first")
-    backward = None if point.forward_only else (lambda loss: (work.backward(loss), work.zero_grad()))
+    backward = None if point.forward_only else (lambda loss: (work.backward(loss), work.update(), work.zero_grad()))
     if device == "cpu":
         fwd, bwd = cpu_time(work.forward, backward, warmup, repeats)
     else:

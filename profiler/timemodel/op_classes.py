@@ -15,6 +15,11 @@ and outputs once): the most common kind of op, and the one its byte counts descr
 Names are matched on the overload packet (``add`` of ``add.Tensor``), with a trailing
 ``_`` (in-place) and ``_backward`` suffixes looked up as the op itself where no entry
 names them. None (FLOPs without an op event) is a ``gemm``: only matmul-like ops count FLOPs.
+
+The optimizer step (issue 24): a ``_foreach_X`` op is X's class over a list of tensors (one
+multi-tensor kernel streaming them all: ``_foreach_sqrt`` elementwise, ``_foreach_norm`` a
+reduction); the fused optimizers (``_fused_adamw_``, ``_fused_sgd_``) are one elementwise
+kernel over parameters, gradients and states; torch.optim's record-function markers run none.
 """
 
 from __future__ import annotations
@@ -69,11 +74,19 @@ ELEMENTWISE = frozenset({
     "fill", "zero", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like", "new_zeros", "new_ones",
     "new_full", "scalar_tensor", "lerp", "addcmul", "addcdiv", "maximum", "minimum", "_to_copy_scalar", "isnan"})
 
+# --- issue 24: optimizer ---
+FOREACH_PREFIX = "_foreach_"
+FUSED_OPTIMIZERS = frozenset({"_fused_adamw", "_fused_adam", "_fused_sgd", "_fused_adagrad"})
+ELEMENTWISE = ELEMENTWISE | FUSED_OPTIMIZERS
+VIEW = VIEW | {"_record_function_enter_new", "_record_function_exit"}
+
 _TABLE = [(GEMM, "gemm"), (ELEMENTWISE, "elementwise"), (ATTENTION, "attention"), (REDUCTION, "reduction"),
           (GATHER_SCATTER_SORT, "gather_scatter_sort"), (COPY, "copy"), (VIEW, "view")]
 
 
 def _lookup(base: str) -> Optional[str]:
+    if base.startswith(FOREACH_PREFIX):  # the op it applies to each tensor of its lists
+        base = base.removeprefix(FOREACH_PREFIX)
     for names, cls in _TABLE:
         if base in names:
             return cls

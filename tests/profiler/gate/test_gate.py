@@ -54,6 +54,7 @@ IDENTITY_CHANGES = {"variant": "sdpa", "mode": "checkpoint", "scope": "attention
                     "forward_only": True}
 IDENTITY_CHANGES.update({"mlp": "swiglu", "ffn_dim": 48, "norm": "rmsnorm"})  # --- issue 24: block options ---
 IDENTITY_CHANGES["autocast"] = "bfloat16"  # issue 24: precision
+IDENTITY_CHANGES.update({"optimizer": "adamw", "optimizer_impl": "foreach"})  # issue 24: optimizer
 
 
 def test_every_identity_field_tells_points_apart(tmp_path, baseline):

@@ -50,3 +50,28 @@ def test_with_dynamo_already_imported_nothing_changes():
     with light_dynamo():
         assert sys.modules["torch._dynamo"] is before
     assert sys.modules["torch._dynamo"] is before and torch._dynamo is before
+
+
+# --- issue 24: optimizer -----------------------------------------------------------------
+OPTIMIZER_CODE = r"""
+import torch
+from attnprof.profiler.predict import fake_run
+from attnprof.profiler.predict.fake_run import predict
+from attnprof.profiler.measure.fakemode import is_real_dynamo_loaded
+from attnprof.profiler.records import Point, Shape
+
+fake_run.SMALL_POINT_BYTES = 0  # fake tensors: torch.optim's 0-dim step tensors are real ones converted
+for impl in ("foreach", "forloop"):  # torch.optim's step calls torch._dynamo.graph_break
+    predict(Point("sdpa", "plain", "model", Shape(batch=1, seq_len=16, d_model=32, heads=2, layers=4,
+                                                  optimizer="adamw", optimizer_impl=impl)))
+print("after predictions:", is_real_dynamo_loaded())
+import torch._dynamo  # the real package: the submodules a stand-in imported alone are out of its way
+print("real:", is_real_dynamo_loaded(), callable(torch._dynamo.utils.dynamo_timed))
+"""
+
+
+@pytest.mark.slow
+def test_an_optimizer_step_imports_no_dynamo_and_it_still_imports_after(tmp_path):
+    out = subprocess.run([sys.executable, "-c", OPTIMIZER_CODE], capture_output=True, text=True, check=True,
+                         env={**os.environ, "ATTNPROF_CACHE_DIR": str(tmp_path)}).stdout.splitlines()
+    assert out == ["after predictions: False", "real: True True"]

@@ -48,3 +48,13 @@ def test_classes(op, cls):
 def test_an_unknown_op_is_costed_as_elementwise_and_says_it_is_unknown():
     assert kernel_class("some_new_op.default") == "elementwise"
     assert not is_known("some_new_op.default") and is_known("add.Tensor")
+
+
+def test_the_optimizer_steps_ops_have_a_class():
+    """issue 24: a foreach op is its per-tensor op's class; a fused optimizer one elementwise kernel."""
+    assert kernel_class("_foreach_sqrt.default") == "elementwise"
+    assert kernel_class("_foreach_addcdiv_.ScalarList") == "elementwise"
+    assert kernel_class("_foreach_norm.Scalar") == "reduction"
+    assert kernel_class("_fused_adamw_.default") == "elementwise"
+    assert kernel_class("_record_function_enter_new.default") == "view"
+    assert all(is_known(n) for n in ("_foreach_lerp_.Scalar", "_fused_sgd_.default", "_foreach_add_.Tensor"))

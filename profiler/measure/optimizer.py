@@ -1,0 +1,95 @@
+"""The optimizer step after backward (issue 24): torch.optim's own SGD or AdamW over the
+point's parameters, so its states and its step's temporaries are counted as torch makes them.
+
+Which implementation. ``optimizer_impl`` "" means what ``torch.optim.AdamW`` (and SGD)
+pick by themselves: at step time they call ``torch.optim.optimizer._default_to_fused_or_foreach``
+(``use_fused=False``), which asks whether every parameter is a plain tensor on a device in
+``_get_foreach_kernels_supported_devices()``. ``default_impl`` asks that function itself
+about a real one-element CPU tensor; for another device (CUDA: the GPU memory model and
+GPU runs) it reads the same device list, since a probe tensor there would initialise the
+device (docs/gpu.md: fork). In torch 2.13 that is forloop on the
+CPU and foreach on CUDA. The choice is always passed to the constructor explicitly: a fake
+parameter is a ``FakeTensor``, not a plain tensor, and torch's own default would pick the
+for-loop for it everywhere.
+
+The states exist before the measured step. torch creates them on the first ``step()``;
+``prime`` runs that first step once, on zero gradients, when the workload is built (outside
+any tracker), then drops the gradients again. So the states are torch's own (AdamW:
+``step``, ``exp_avg``, ``exp_avg_sq`` per parameter, the ``step`` a 0-dim float32 tensor:
+4 bytes per parameter *tensor* on the CPU, on the device when fused; SGD with momentum:
+``momentum_buffer``), and the measured forward, backward and step run with them live.
+
+SGD runs with momentum 0.9: what people train with (Sutskever et al. 2013, "On the
+importance of initialization and momentum in deep learning"); plain SGD keeps no state,
+and its step would only be an in-place update. AdamW (Loshchilov & Hutter 2019,
+"Decoupled Weight Decay Regularization") runs with torch's defaults.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from attnprof.errors import UserError
+
+SGD_MOMENTUM = 0.9  # the momentum people train with (see the module docstring)
+SGD_LR = 1e-3  # any value: memory does not depend on it
+
+
+class OptimizerError(UserError):
+    """An optimizer option that cannot run."""
+
+
+def default_impl(device_type: str) -> str:
+    """What torch.optim picks by itself for parameters on ``device_type`` (module docstring)."""
+    from torch.optim.optimizer import _default_to_fused_or_foreach
+    from torch.utils._foreach_utils import _get_foreach_kernels_supported_devices
+
+    if device_type == "cpu":  # a real tensor: torch's own check reads its type and device
+        fused, foreach = _default_to_fused_or_foreach([torch.empty(1)], differentiable=False, use_fused=False)
+    else:  # its rule, from its device list: a probe tensor would initialise the device (and poison fork)
+        fused, foreach = False, device_type in _get_foreach_kernels_supported_devices()
+    return "fused" if fused else "foreach" if foreach else "forloop"
+
+
+def resolved_impl(shape, device_type: str) -> str:
+    """The implementation a point's step runs: its ``optimizer_impl``, or torch's default."""
+    return shape.optimizer_impl or default_impl(device_type)
+
+
+def build(point, params: list, impl_device: str) -> Optional[torch.optim.Optimizer]:
+    """The point's optimizer over ``params`` (None for "none"), its states primed; ``impl_device``:
+    the device type whose default implementation "" means."""
+    shape = point.shape
+    if shape.optimizer == "none":
+        if shape.optimizer_impl:
+            raise OptimizerError(f"optimizer_impl {shape.optimizer_impl} needs an optimizer (--optimizer sgd | adamw)")
+        return None
+    if point.forward_only:
+        raise OptimizerError(f"optimizer {shape.optimizer} needs a backward: leave out forward_only (--forward-only)")
+    impl = resolved_impl(shape, impl_device)
+    flags = {"foreach": impl == "foreach", "fused": impl == "fused"}
+    try:
+        if shape.optimizer == "sgd":
+            optimizer = torch.optim.SGD(params, lr=SGD_LR, momentum=SGD_MOMENTUM, **flags)
+        else:
+            optimizer = torch.optim.AdamW(params, **flags)
+    except RuntimeError as exc:  # e.g. no fused kernel for this device or dtype in this torch
+        raise OptimizerError(f"torch {torch.__version__} cannot run {impl} {shape.optimizer}: "
+                             f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+    prime(optimizer, params)
+    return optimizer
+
+
+def prime(optimizer: torch.optim.Optimizer, params: list) -> None:
+    """Create the states as torch does: one first step on zero gradients, which then go."""
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def states(optimizer: torch.optim.Optimizer, param: torch.Tensor) -> list:
+    """The state tensors torch keeps for ``param``, in the order it made them."""
+    return [v for v in optimizer.state.get(param, {}).values() if isinstance(v, torch.Tensor)]
