@@ -34,6 +34,15 @@ def canonical_dtype(name: str) -> str:
     return name
 
 
+def later(default, *, choices: tuple = (), kind: str = ""):
+    """A Shape field added after the first records were written (the training-step options,
+    issue 24). A record, a baseline or a cache entry written before it lacks it, and means
+    its ``default`` (``IDENTITY_DEFAULTS``), which is today's behaviour. ``choices``: the
+    allowed texts; ``kind``: "amount" (an int >= 0, 0 = off) or "switch" (true/false);
+    neither: a positive int."""
+    return field(default=default, metadata={"later": True, "choices": choices, "kind": kind})
+
+
 @dataclass(frozen=True)
 class Shape:
     seq_len: int = 1024  # tokens per sequence (n)
@@ -44,6 +53,10 @@ class Shape:
     dtype: str = "float32"  # one of DTYPES
     ff_mult: int = 4  # d_ff = ff_mult * d_model (Vaswani 2017)
     ff_chunks: int = 1  # >1: feed-forward applied in sequence chunks (Reformer §3)
+    # --- issue 24: lm (the whole language model: scenarios/stack/lm_head.py) ---
+    vocab: int = later(0, kind="amount")  # >0: token embedding, LM head and fp32 cross-entropy (scope model)
+    tie_embeddings: bool = later(False, kind="switch")  # the LM head's weight is the embedding's
+    loss_chunks: int = later(1)  # >1: head + loss in sequence chunks, each recomputed in backward
 
     def __post_init__(self):
         object.__setattr__(self, "dtype", canonical_dtype(self.dtype))
@@ -73,15 +86,6 @@ class Shape:
 
     def to_dict(self) -> dict:
         return {**asdict(self), "head_dim": self.head_dim}
-
-
-def later(default, *, choices: tuple = (), kind: str = ""):
-    """A Shape field added after the first records were written (the training-step options,
-    issue 24). A record, a baseline or a cache entry written before it lacks it, and means
-    its ``default`` (``IDENTITY_DEFAULTS``), which is today's behaviour. ``choices``: the
-    allowed texts; ``kind``: "amount" (an int >= 0, 0 = off) or "switch" (true/false);
-    neither: a positive int."""
-    return field(default=default, metadata={"later": True, "choices": choices, "kind": kind})
 
 
 def _field_problem(f, value) -> Optional[str]:
@@ -217,6 +221,10 @@ class PointRecord:
     dtype: str
     ff_mult: int = 4
     ff_chunks: int = 1
+    # --- issue 24: lm ---
+    vocab: int = 0
+    tie_embeddings: bool = False
+    loss_chunks: int = 1
     forward_only: bool = False
     # --- outcome ---
     status: str = "ok"  # one of STATUSES

@@ -35,9 +35,16 @@ def shape_at(scenario: Scenario, seq_len: int) -> Shape:
     if seq_len <= 0:
         raise PlanError(f"sequence length must be positive, got {seq_len}")
     shape = Shape(batch=scenario.batch_for(seq_len), seq_len=seq_len, d_model=scenario.d_model,
-                  heads=scenario.heads, layers=scenario.layers, dtype=scenario.dtype, ff_chunks=scenario.ff_chunks)
+                  heads=scenario.heads, layers=scenario.layers, dtype=scenario.dtype, ff_chunks=scenario.ff_chunks,
+                  **lm_fields(scenario))
     check_addressable(shape)
     return shape
+
+
+# --- issue 24: lm ---
+def lm_fields(scenario: Scenario) -> dict:
+    """The language model's Shape fields (scenarios/stack/lm_head.py)."""
+    return {"vocab": scenario.vocab, "tie_embeddings": scenario.tie_embeddings, "loss_chunks": scenario.loss_chunks}
 
 
 def check_addressable(shape: Shape) -> None:
@@ -46,7 +53,8 @@ def check_addressable(shape: Shape) -> None:
     or the feed-forward's n x d_ff activations; a one-line PlanError, never an overflow."""
     itemsize = DTYPE_BYTES[shape.dtype]
     sizes = {"batch x heads x n^2 attention scores": shape.batch * shape.heads * shape.seq_len ** 2,
-             "batch x n x d_ff feed-forward activations": shape.batch * shape.seq_len * shape.d_model * shape.ff_mult}
+             "batch x n x d_ff feed-forward activations": shape.batch * shape.seq_len * shape.d_model * shape.ff_mult,
+             "batch x n x vocab fp32 logits": 2 * shape.batch * shape.seq_len * shape.vocab}  # issue 24: lm (4 bytes)
     for what, elements in sizes.items():
         if elements * itemsize > INT64_MAX:
             raise PlanError(f"sequence length {shape.seq_len} is beyond what torch can address: {what} would be "

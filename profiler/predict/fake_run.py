@@ -78,6 +78,7 @@ def small_point(point: Point) -> bool:
     options = cls.resolve_options(spec.options)
     factor = max([1] + [v for v in options.values() if isinstance(v, int) and not isinstance(v, bool)])
     elements = s.batch * s.layers * (s.heads * s.seq_len ** 2 * factor + 8 * s.seq_len * s.d_model * s.ff_mult)
+    elements += 8 * s.batch * s.seq_len * s.vocab + 4 * s.vocab * s.d_model  # issue 24: logits, their gradients; embedding
     return elements * 8 <= SMALL_POINT_BYTES
 
 
