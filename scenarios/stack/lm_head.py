@@ -7,7 +7,7 @@ stack-only profile misses them.
 
 The loss is computed as a causal LM computes it (Hugging Face transformers'
 ``ForCausalLMLoss``, Radford et al. 2018's next-token objective): the logits upcast to
-fp32, the targets shifted by one (position t predicts token t+1; the last position has no
+fp32 (a float64 model keeps float64), the targets shifted by one (position t predicts token t+1; the last position has no
 target, ``IGNORE_INDEX``), ``F.cross_entropy`` averaged over the positions that have one.
 Shifting the targets rather than the logits keeps the logits whole: no (B, n-1, V) copy.
 
@@ -69,7 +69,8 @@ def shifted(targets: torch.Tensor) -> torch.Tensor:
 
 def _chunk_loss_sum(head: nn.Module, hidden: torch.Tensor, next_ids: torch.Tensor) -> torch.Tensor:
     """Summed cross-entropy of one span: logits (B, m, V), upcast to fp32 as a causal LM does."""
-    logits = head(hidden).float()  # (B, m, V) fp32
+    logits = head(hidden)  # (B, m, V)
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # fp16/bf16 -> fp32; fp32, fp64 kept
     return F.cross_entropy(logits.flatten(0, 1), next_ids.flatten(), ignore_index=IGNORE_INDEX, reduction="sum")
 
 
