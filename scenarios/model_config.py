@@ -86,7 +86,7 @@ def resolve(name_or_path) -> Path:
     path = Path(text)
     shown = _shown_name(text)
     try:
-        if not path.suffix and not path.exists() and _NAME.match(text):
+        if not path.exists() and _NAME.match(text) and path.suffix != ".json":  # "tinyllama-1.1b": a name
             preset = MODEL_PRESETS / f"{text}.json"
             if preset.is_file():
                 return preset
