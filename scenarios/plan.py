@@ -54,7 +54,9 @@ def check_addressable(shape: Shape) -> None:
     itemsize = DTYPE_BYTES[shape.dtype]
     sizes = {"batch x heads x n^2 attention scores": shape.batch * shape.heads * shape.seq_len ** 2,
              "batch x n x d_ff feed-forward activations": shape.batch * shape.seq_len * shape.d_model * shape.ff_mult,
-             "batch x n x vocab fp32 logits": 2 * shape.batch * shape.seq_len * shape.vocab}  # issue 24: lm (4 bytes)
+             # issue 24: lm. fp32 logits (4 bytes: 2 elements of the widest 2-byte dtype counted), the embedding
+             "batch x n x vocab fp32 logits": 2 * shape.batch * shape.seq_len * shape.vocab,
+             "vocab x d_model embedding": shape.vocab * shape.d_model}
     for what, elements in sizes.items():
         if elements * itemsize > INT64_MAX:
             raise PlanError(f"sequence length {shape.seq_len} is beyond what torch can address: {what} would be "

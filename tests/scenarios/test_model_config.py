@@ -235,3 +235,22 @@ def test_the_mapping_to_the_other_options_fields(monkeypatch):
     assert mistral.values["dtype"] == "bfloat16"
     gpt = map_config({**TINY, "hidden_act": "gelu_new", "layer_norm_eps": 1e-5, "num_key_value_heads": 4}).values
     assert (gpt["mlp"], gpt["norm"], gpt["kv_heads"]) == ("gelu", "layernorm", 4)
+
+
+def test_predict_with_a_vocabulary_and_loss_chunks():
+    result = runner.invoke(app, ["predict", "--vocab", "1000", "--loss-chunks", "4", "-n", "256", "-v", "sdpa",
+                                 "-m", "checkpoint", "--d-model", "64", "--json"])
+    assert result.exit_code == 0, result.output
+    records = json.loads(result.stdout)
+    assert [r["mode"] for r in records] == ["checkpoint"]
+    assert all(r["status"] == "ok" and (r["vocab"], r["loss_chunks"]) == (1000, 4) for r in records)
+
+
+@pytest.mark.slow
+def test_the_issues_command_runs_as_written():
+    """``python -m attnprof predict --vocab 1000 --loss-chunks 4 -n 256``: every variant and mode."""
+    out = subprocess.run([sys.executable, "-m", "attnprof", "predict", "--vocab", "1000", "--loss-chunks", "4",
+                          "-n", "256", "--json"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    records = json.loads(out.stdout)
+    assert len(records) >= 18 and all(r["status"] == "ok" and r["vocab"] == 1000 for r in records)
