@@ -32,7 +32,7 @@ from typing import Callable, Optional
 import pandas as pd
 
 from attnprof.errors import UserError
-from attnprof.profiler.records import Point, Shape
+from attnprof.profiler.records import IDENTITY_DEFAULTS, Point, Shape
 from attnprof.profiler.units import GIB, fmt_bytes, fmt_len
 from attnprof.profiler.predict.curve import MAX_EXP, MIN_EXP, Curve, Fit, gpu_value, search_curves  # noqa: F401
 from attnprof.reports import render_cache
@@ -254,6 +254,16 @@ def not_predicted(variant: str) -> str:
             f"code a results file names); its figures come from the run's own records")
 
 
+def later_fields(row) -> dict:
+    """The series' later identity fields (records.later: the training-step options of issue
+    24), each as its default's type; absent (an older run) or null: the default."""
+    out = {}
+    for name, default in IDENTITY_DEFAULTS.items():
+        value = row.get(name, default) if hasattr(row, "get") else default
+        out[name] = default if value is None or (not isinstance(value, str) and pd.isna(value)) else type(default)(value)
+    return out
+
+
 def point_maker(rows: pd.DataFrame) -> Callable[[int], Point]:
     """The series' point at any length: its shape, and its batch rule."""
     first = rows.iloc[0]
@@ -262,7 +272,7 @@ def point_maker(rows: pd.DataFrame) -> Callable[[int], Point]:
     def shape_at(n: int) -> Shape:
         return Shape(batch=batch_of(n), seq_len=n, d_model=int(first["d_model"]), heads=int(first["heads"]),
                      layers=int(first["layers"]), dtype=str(first["dtype"]), ff_mult=int(first["ff_mult"]),
-                     ff_chunks=int(first["ff_chunks"]))
+                     ff_chunks=int(first["ff_chunks"]), **later_fields(first))
 
     # the series' label parsed once (built-ins only: a report never imports code a label names)
     label = str(first["variant"])
