@@ -73,12 +73,15 @@ def build_scenario(scenario: Union[PathLike, Scenario, None] = None, *, base: Op
         given["dtype"] = canonical_dtype(given["dtype"])
     _precision(given)  # --- issue 24: precision ---
     refuse_ignored(sc, **given)
+    from_config = _with_model_config(given, sc)  # issue 24: lm. Its fields, under the flags given
     seq_lens = given["seq_lens"]
     given["seq_lens"] = tuple(seq_lens) if seq_lens else (() if (given["min_len"] or given["max_len"]) else None)
     given["variants"], given["modes"] = listed(given["variants"]), listed(given["modes"])
     stored = {f.name: given[f.name] for f in STORED}
-    changed = {k: v for k, v in stored.items() if v is not None and v != getattr(sc, k)}
+    changed = {k: v for k, v in stored.items() if v is not None and v != getattr(sc, k) and k not in from_config.values}
     sc = sc.override(**stored)
+    if from_config:
+        sc = sc.override(description=f"{from_config.description()}; {sc.description}".strip("; "))
     if changed:  # the file's description no longer tells the whole story
         told = ", ".join(f"{k}={list(v) if isinstance(v, tuple) else v}" for k, v in changed.items())
         sc = sc.override(description=f"{sc.description} [overridden: {told}]".strip())
@@ -103,6 +106,40 @@ def _precision(given: dict) -> None:
         raise UsageProblem(problem)
     if precision:
         given["dtype"] = PRECISIONS[precision][0]
+# --- issue 24: lm ---
+ATTENTION_SCOPE_FIELDS = ("d_model", "heads", "kv_heads", "dtype", "variants")  # what a config sets at scope attention
+
+
+def _with_model_config(given: dict, sc: Scenario):
+    """Fill ``given`` (field -> value, None = not given) from ``--model-config``'s file where
+    no flag was given; the ModelConfig, whose ``values`` keys are the fields it set (falsy
+    when there is none). At scope attention only the attention's own fields are taken."""
+    from attnprof.scenarios.model_config import ModelConfig, load_model_config
+
+    if not given.get("model_config"):
+        return ModelConfig("")
+    config = load_model_config(given["model_config"])
+    attention = (given["scope"] if given["scope"] is not None else sc.scope) == "attention"
+    taken = {}
+    for key, value in config.values.items():
+        if attention and key not in ATTENTION_SCOPE_FIELDS:
+            continue
+        if key == "d_model" and given["head_dim"] is not None:
+            continue  # --head-dim sets d_model
+        if given.get(key) is None:
+            given[key] = taken[key] = value
+    if attention:
+        config.notes.append("scope attention: its attention fields only")
+    config.values = taken
+    return config
+
+
+def model_config_warnings(sc: Scenario) -> list:
+    """The warning a scenario built from a model config carries, where a key was not applied."""
+    from attnprof.scenarios.model_config import NOT_APPLIED
+
+    said = [part.split(" [overridden:")[0] for part in sc.description.split("; ") if part.startswith(NOT_APPLIED)]
+    return [f"warning: --model-config: {part}" for part in said]
 
 
 def listed(values: Union[str, Sequence[str], None]) -> Optional[tuple]:

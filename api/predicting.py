@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
-from attnprof.api.overrides import PathLike, build_scenario, overridable, to_bytes
+from attnprof.api.overrides import PathLike, build_scenario, model_config_warnings, overridable, to_bytes
 from attnprof.arguments import UsageProblem, checked
 from attnprof.scenarios.fields import FIELDS
 from attnprof.scenarios.scenario import Scenario
@@ -114,6 +114,7 @@ def _predictions(scenario, overrides: dict, *, budget, gpus, gpu_files, resoluti
     budget_bytes = to_bytes(budget, "--budget") if budget is not None else None
     specs = named_gpus(gpus, gpu_files)  # unknown names fail before any work
     sc = build_scenario(scenario, base=Scenario(min_len=PREDICT_LEN, max_len=PREDICT_LEN), **overrides)
+    said = model_config_warnings(sc)  # issue 24: lm. A config key this build could not apply, said
     min_len, max_len = overrides.get("min_len"), overrides.get("max_len")
     keys = [g.key for g in specs]
     labels = {g.key: g.label for g in specs if g.label != g.key}
@@ -126,7 +127,7 @@ def _predictions(scenario, overrides: dict, *, budget, gpus, gpu_files, resoluti
         from attnprof.profiler.predict.pool import spread
         from attnprof.profiler.timemodel.machine import machine_rates
 
-        notes: list = []
+        notes: list = list(said)
         # this CPU's step times: from its cached calibration; measured first (~3 s) only when
         # asked to rank by time, so a plain prediction stays at planning speed
         rates = machine_rates(warn=notes.append, measure=sort == "time" and not specs)
@@ -145,9 +146,9 @@ def _predictions(scenario, overrides: dict, *, budget, gpus, gpu_files, resoluti
         from attnprof.profiler.predict.gpu_points import gpu_longest_fitting
 
         return Predictions(gpu_longest_fitting(sc, specs, budget_bytes, start=start, limit=max_len), sc,
-                           budget_bytes, gpus=keys, gpu_labels=labels)
+                           budget_bytes, gpus=keys, gpu_labels=labels, notes=said)
     return Predictions(longest_fitting(sc, budget_bytes, start=start, limit=max_len, resolution=resolution), sc,
-                       budget_bytes)
+                       budget_bytes, notes=said)
 
 
 def named_gpus(gpus, gpu_files) -> list:

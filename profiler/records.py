@@ -94,6 +94,10 @@ class Shape:
     # --- issue 24: optimizer ---
     optimizer: str = later("none", choices=OPTIMIZERS)  # the step after backward: none | sgd (momentum 0.9) | adamw
     optimizer_impl: str = later("", choices=OPTIMIZER_IMPLS)  # "" = what torch picks on the device
+    # --- issue 24: lm (the whole language model: scenarios/stack/lm_head.py) ---
+    vocab: int = later(0, kind="amount")  # >0: token embedding, LM head and fp32 cross-entropy (scope model)
+    tie_embeddings: bool = later(False, kind="switch")  # the LM head's weight is the embedding's
+    loss_chunks: int = later(1)  # >1: head + loss in sequence chunks, each recomputed in backward
 
     def __post_init__(self):
         object.__setattr__(self, "dtype", canonical_dtype(self.dtype))
@@ -282,6 +286,10 @@ class PointRecord:
     # --- issue 24: optimizer ---
     optimizer: str = "none"
     optimizer_impl: str = ""
+    # --- issue 24: lm ---
+    vocab: int = 0
+    tie_embeddings: bool = False
+    loss_chunks: int = 1
     forward_only: bool = False
     # --- outcome ---
     status: str = "ok"  # one of STATUSES

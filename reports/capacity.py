@@ -254,20 +254,25 @@ def not_predicted(variant: str) -> str:
             f"code a results file names); its figures come from the run's own records")
 
 
+def later_fields(row) -> dict:
+    """The series' later identity fields (records.later: the training-step options of issue
+    24), each as its default's type; absent (an older run) or null: the default."""
+    out = {}
+    for name, default in IDENTITY_DEFAULTS.items():
+        value = row.get(name, default) if hasattr(row, "get") else default
+        out[name] = default if value is None or (not isinstance(value, str) and pd.isna(value)) else type(default)(value)
+    return out
+
+
 def point_maker(rows: pd.DataFrame) -> Callable[[int], Point]:
     """The series' point at any length: its shape, and its batch rule."""
     first = rows.iloc[0]
     batch_of = _batch_rule(rows)
-    # --- issue 24: the later identity fields (records.IDENTITY_DEFAULTS) as the series has them
-    later = {k: type(d)(first[k]) for k, d in IDENTITY_DEFAULTS.items() if k in first}
-
-    # the later identity fields (issue 24: the optimizer, ...) as the series' records have them
-    later = {k: type(d)(first[k]) if k in first.index and not pd.isna(first[k]) else d for k, d in IDENTITY_DEFAULTS.items()}
 
     def shape_at(n: int) -> Shape:
         return Shape(batch=batch_of(n), seq_len=n, d_model=int(first["d_model"]), heads=int(first["heads"]),
                      layers=int(first["layers"]), dtype=str(first["dtype"]), ff_mult=int(first["ff_mult"]),
-                     ff_chunks=int(first["ff_chunks"]), **later)
+                     ff_chunks=int(first["ff_chunks"]), **later_fields(first))
 
     # the series' label parsed once (built-ins only: a report never imports code a label names)
     label = str(first["variant"])

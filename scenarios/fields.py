@@ -113,6 +113,20 @@ FIELDS: tuple[Field, ...] = (
     Field("optimizer_impl", Optional[str], "", "",
           "foreach | fused | forloop; default: what torch.optim picks on the device", "--optimizer-impl", SHAPE,
           kind="text", show_default=False),
+    # --- issue 24: lm (the whole language model: scenarios/stack/lm_head.py, scenarios/model_config.py) ---
+    Field("vocab", Optional[int], "tokens", 0,  # 0: no embedding, head or loss (the stack alone, as before)
+          "vocabulary size: a token embedding below the stack, an LM head and an fp32 cross-entropy loss above it "
+          "(scope model); 0 = none", "--vocab", SHAPE, kind="amount", refuse_upto=-1,
+          refusal="must not be negative, got {value}"),
+    Field("tie_embeddings", Optional[bool], "", False, "the LM head's weight is the embedding's (needs --vocab)",
+          "--tie-embeddings", SHAPE, kind="switch"),
+    Field("loss_chunks", Optional[int], "chunks", 1,
+          "compute the LM head and loss in N sequence chunks, each recomputed in backward (needs --vocab)",
+          "--loss-chunks", SHAPE, refuse_upto=0, refusal="must be positive, got {value}"),
+    Field("model_config", Optional[str], "", "",  # read by scenarios/model_config.py; sets the fields it names
+          "a Hugging Face-style config.json PATH or a preset NAME (llama-2-7b, mistral-7b, tinyllama-1.1b): "
+          "sets the model's shape; the flags given next to it override it", "--model-config", SHAPE, kind="text",
+          metavar="NAME|PATH", show_default=False, stored=False),
     # --- sequence lengths ------------------------------------------------------------------------------------------
     Field("seq_lens", Optional[Sequence[int]], "tokens", (),  # explicit lengths; empty = powers of two min..max
           "a sequence length, repeatable", "--seq-len", LENGTHS, kind="lengths", refuse_upto=0, refusal=_LENGTH,

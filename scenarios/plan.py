@@ -36,7 +36,8 @@ def shape_at(scenario: Scenario, seq_len: int) -> Shape:
         raise PlanError(f"sequence length must be positive, got {seq_len}")
     shape = Shape(batch=scenario.batch_for(seq_len), seq_len=seq_len, d_model=scenario.d_model,
                   heads=scenario.heads, layers=scenario.layers, dtype=scenario.dtype, ff_chunks=scenario.ff_chunks,
-                  **block_options(scenario), **precision_fields(scenario), **_optimizer_fields(scenario))
+                  **block_options(scenario), **precision_fields(scenario), **_optimizer_fields(scenario),
+                  **lm_fields(scenario))
     check_addressable(shape)
     return shape
 
@@ -54,6 +55,10 @@ def precision_fields(scenario: Scenario) -> dict:
 # --- issue 24: optimizer ---
 def _optimizer_fields(scenario: Scenario) -> dict:
     return {"optimizer": scenario.optimizer, "optimizer_impl": scenario.optimizer_impl}
+# --- issue 24: lm ---
+def lm_fields(scenario: Scenario) -> dict:
+    """The language model's Shape fields (scenarios/stack/lm_head.py)."""
+    return {"vocab": scenario.vocab, "tie_embeddings": scenario.tie_embeddings, "loss_chunks": scenario.loss_chunks}
 
 
 def check_addressable(shape: Shape) -> None:
@@ -62,7 +67,10 @@ def check_addressable(shape: Shape) -> None:
     or the feed-forward's n x d_ff activations; a one-line PlanError, never an overflow."""
     itemsize = DTYPE_BYTES[shape.dtype]
     sizes = {"batch x heads x n^2 attention scores": shape.batch * shape.heads * shape.seq_len ** 2,
-             "batch x n x d_ff feed-forward activations": shape.batch * shape.seq_len * shape.d_ff}  # swiglu: two
+             "batch x n x d_ff feed-forward activations": shape.batch * shape.seq_len * shape.d_ff,  # swiglu: two
+             # issue 24: lm. fp32 logits (4 bytes: 2 elements of the widest 2-byte dtype counted), the embedding
+             "batch x n x vocab fp32 logits": 2 * shape.batch * shape.seq_len * shape.vocab,
+             "vocab x d_model embedding": shape.vocab * shape.d_model}
     for what, elements in sizes.items():
         if elements * itemsize > INT64_MAX:
             raise PlanError(f"sequence length {shape.seq_len} is beyond what torch can address: {what} would be "

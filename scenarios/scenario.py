@@ -73,6 +73,10 @@ class Scenario:
     # --- issue 24: optimizer ---
     optimizer: str = default("optimizer")
     optimizer_impl: str = default("optimizer_impl")
+    # --- issue 24: lm ---
+    vocab: int = default("vocab")
+    tie_embeddings: bool = default("tie_embeddings")
+    loss_chunks: int = default("loss_chunks")
     repeats: int = default("repeats")
     warmup: int = default("warmup")
     point_timeout_s: float = default("point_timeout_s")
@@ -108,6 +112,13 @@ class Scenario:
             need(_is(value, int) and value >= 0, f"{key} must be an integer >= 0, got {_shown(value)}")
         need(all(n > 0 for n in self.seq_lens), f"seq_lens must be positive integers, got {_shown(self.seq_lens)}")
         need(isinstance(self.forward_only, bool), f"forward_only must be true or false, got {_shown(self.forward_only)}")
+        # --- issue 24: lm ---
+        need(isinstance(self.tie_embeddings, bool),
+             f"tie_embeddings must be true or false, got {_shown(self.tie_embeddings)}")
+        need(not (self.vocab and self.scope == "attention"),
+             f"vocab {self.vocab} needs scope model (an embedding, a head and a loss around the stack), not attention")
+        need(self.vocab or self.loss_chunks == 1, f"loss_chunks {self.loss_chunks} needs a vocabulary (vocab > 0)")
+        need(self.vocab or not self.tie_embeddings, "tie_embeddings needs a vocabulary (vocab > 0)")
         timeout = self.point_timeout_s
         need(_is(timeout, float) or _is(timeout, int), f"point_timeout_s must be a number of seconds, got {_shown(timeout)}")
         need(math.isfinite(timeout) and 0 < timeout <= MAX_POINT_TIMEOUT_S,

@@ -18,6 +18,11 @@ before the forward and counted with them (docs/accounting.md):
 
 A forward-only point has no ``dout`` and no loss.
 
+With a vocabulary (``Shape.vocab`` > 0, scope model) the inputs are token ids and target
+ids, (B, n) int64 each, and the loss is the LM head's fp32 cross-entropy
+(scenarios/stack/lm_head.py): no ``dout``, backward starts from the real loss. A
+forward-only point then computes the loss too (as an evaluation step does).
+
 At scope attention a variant whose blocks alternate (``layer_period() = p > 1``, the
 interleaved Sparse Transformer) runs one core of each of its p layer kinds on the same
 q, k, v and sums their outputs, so every kind is measured; the record says so
@@ -33,9 +38,11 @@ from torch import nn
 
 from attnprof.profiler.measure.optimizer import build as build_optimizer  # issue 24: optimizer
 from attnprof.profiler.measure.optimizer import states as optimizer_states
+from attnprof.errors import UserError
 from attnprof.profiler.records import Point
 from attnprof.scenarios.variants.registry import spec_of
 from attnprof.scenarios.stack.blocks import Stack
+from attnprof.scenarios.stack.lm_head import token_batch
 
 
 @contextlib.contextmanager
@@ -93,6 +100,14 @@ def _mixed_precision(point: Point, device: torch.device) -> tuple:
         scaler = torch.amp.GradScaler(device.type)
         scaler.scale(torch.zeros((), device=device))  # its scale and growth tracker, made before the step
     return (lambda: torch.autocast(device.type, dtype=dtype)), scaler
+def lm_problem(point: Point) -> str:
+    """Why the language-model fields make no sense for this point (issue 24), or ''."""
+    s = point.shape
+    if s.vocab and point.scope == "attention":
+        return f"vocab {s.vocab} needs scope model (an embedding, a head and a loss around the stack), not attention"
+    if not s.vocab and (s.loss_chunks != 1 or s.tie_embeddings):
+        return "loss_chunks and tie_embeddings need a vocabulary (vocab > 0)"
+    return ""
 
 
 class Workload:
@@ -107,14 +122,23 @@ class Workload:
         device, dtype = torch.device(device), shape.torch_dtype
         grad = not point.forward_only
         b, n, d, h, dh = shape.batch, shape.seq_len, shape.d_model, shape.heads, shape.head_dim
+        problem = lm_problem(point)
+        if problem:
+            raise UserError(problem)
         if point.scope == "model":
             with _building(device, dtype):
                 self.module = Stack(spec, shape, point.mode)
-            x = torch.randn(b, n, d, device=device, dtype=dtype, requires_grad=grad)  # (B, n, d)
-            self.inputs = [x]
             self.params = list(self.module.parameters())
-            self._run = lambda: self.module(x)  # (B, n, d)
-            out_shape = (b, n, d)
+            if shape.vocab:  # issue 24: lm. Token ids in, the LM loss out (no dout)
+                ids, self.targets = token_batch(b, n, shape.vocab, device)  # each (B, n) int64
+                self.inputs = [ids, self.targets]
+                self._run = lambda: self.module.lm.loss(self.module(ids), self.targets)  # a scalar
+                out_shape = None
+            else:
+                x = torch.randn(b, n, d, device=device, dtype=dtype, requires_grad=grad)  # (B, n, d)
+                self.inputs = [x]
+                self._run = lambda: self.module(x)  # (B, n, d)
+                out_shape = (b, n, d)
         else:
             with _building(device, dtype):  # one module per layer kind: layer_index 0..p-1
                 self.module = nn.ModuleList(spec.build(d, h, layer_index=i) for i in range(spec.layer_period()))
@@ -130,7 +154,8 @@ class Workload:
             self._run = lambda: _one_period(self.module, q, k, v)  # (B, h, n, dh)
             out_shape = (b, h, n, dh)
         # d(loss)/d(out): a real tensor made before the forward (see the module docstring)
-        self.dout = None if point.forward_only else torch.randn(out_shape, device=device, dtype=dtype)
+        self.dout = None if point.forward_only or out_shape is None else torch.randn(out_shape, device=device,
+                                                                                       dtype=dtype)
         self.autocast, self.scaler = _mixed_precision(point, device)  # --- issue 24: precision ---
         if self.scaler is not None:  # its scale and growth tracker: state that exists before the step, counted
             self.inputs += [t for t in vars(self.scaler).values() if isinstance(t, torch.Tensor)]  # as inputs
@@ -147,7 +172,8 @@ class Workload:
         with self.autocast():  # issue 24: the forward and the loss under autocast, backward outside it
             out = self._run()
             if self.point.scope == "model":
-                loss = (out * self.dout).sum()  # the loss; out is no longer needed once it exists
+                # the loss; out is no longer needed once it exists (with a vocabulary, _run's LM loss)
+                loss = (out * self.dout).sum() if self.dout is not None else out
                 return loss if self.scaler is None else self.scaler.scale(loss)  # amp-fp16: the scaled loss
         return out
 

@@ -405,12 +405,15 @@ class Composition:
                 freeing = (p, c_f)
                 if freeing not in index:
                     continue
-                ref = (tag[0], traced - self.tau(c_f, k), i)
-                if self._resolve(c_f, ref, k) != tag:
-                    continue
-                e = self.runs[self.template(freeing, k)].free_at.get(ref)
-                if e is not None and (index[freeing], e) < at:
-                    return True
+                # the offset as the freeing run's template names it: between traced periods, or,
+                # a middle copy freeing a middle copy, between composed ones (c - c_f)
+                for offset in {traced - self.tau(c_f, k), c - c_f}:
+                    ref = (tag[0], offset, i)
+                    if self._resolve(c_f, ref, k) != tag:
+                        continue
+                    e = self.runs[self.template(freeing, k)].free_at.get(ref)
+                    if e is not None and (index[freeing], e) < at:
+                        return True
         return False
 
     def events(self, k: int):

@@ -81,6 +81,7 @@ def small_point(point: Point) -> bool:
     factor = max([1] + [v for v in options.values() if isinstance(v, int) and not isinstance(v, bool)])
     hidden = s.d_ff * (2 if s.mlp == "swiglu" else 1)  # issue 24: swiglu's two hidden tensors
     elements = s.batch * s.layers * (s.heads * s.seq_len ** 2 * factor + 8 * s.seq_len * hidden)
+    elements += 8 * s.batch * s.seq_len * s.vocab + 4 * s.vocab * s.d_model  # issue 24: logits, their gradients; embedding
     return elements * 8 <= SMALL_POINT_BYTES
 
 

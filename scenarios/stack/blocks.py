@@ -10,11 +10,14 @@ by the shape: ``mlp`` gelu | swiglu at width ``d_ff``, ``norm`` layernorm | rmsn
 (``layers.py``: SwiGLU, Shazeer 2020; RMSNorm, Zhang & Sennrich 2019). The modes treat
 them as any f and g: checkpoint recomputes them, reversible rebuilds their inputs.
 
-There is no embedding and no output head: x [batch, seq, d_model] comes in with
+Without a vocabulary (``Shape.vocab`` = 0, the default) there is no embedding and no output
+head: x [batch, seq, d_model] comes in with
 requires_grad, and the profiled backward starts from a fixed random upstream gradient
 of the output (``profiler/measure/workload.py``), i.e. the loss (out * proj).sum() with a
 seeded [batch, seq, d_model] projection. (A plain out.sum() would be degenerate: after
 the final LayerNorm at default weights its input gradient is zero by construction.)
+With a vocabulary, token ids [batch, seq] come in, a token embedding runs first and
+``lm`` holds the LM head and the loss the workload computes (``lm_head.py``).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from torch.utils.checkpoint import checkpoint
 from attnprof.scenarios.variants.registry import VariantSpec
 from attnprof.scenarios.stack.layers import mlp_layer, norm_layer
 from attnprof.scenarios.stack.reversible import reversible_stack
+from attnprof.scenarios.stack.lm_head import LanguageModelEnds
 from attnprof.profiler.records import MODES, SCOPES, Shape  # noqa: F401 (re-exported)
 
 # The reversible network computed with ordinary autograd: same function as `reversible`,
@@ -82,8 +86,13 @@ class Stack(nn.Module):
         self.mode = mode
         self.blocks = nn.ModuleList(Block(spec, shape, i) for i in range(shape.layers))
         self.norm = norm_layer(shape.norm, shape.d_model)
+        # issue 24: lm. Registered last: the parameters begin with the blocks' (drive.Marks)
+        self.lm = (LanguageModelEnds(shape.d_model, shape.vocab, shape.tie_embeddings, shape.loss_chunks)
+                   if shape.vocab else None)
 
-    def forward(self, x):  # (B, n, d) -> (B, n, d)
+    def forward(self, x):  # (B, n, d) -> (B, n, d); with a vocabulary, ids (B, n) -> (B, n, d)
+        if self.lm is not None:
+            x = self.lm.embed(x)  # (B, n) -> (B, n, d)
         if self.mode in ("reversible", REVERSIBLE_REFERENCE):
             x = reversible_stack(x, self.blocks, memory_saving=self.mode == "reversible")
         else:
