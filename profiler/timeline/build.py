@@ -82,14 +82,14 @@ def _gpu_events(point: Point, traced, steps: Steps, gpu: GpuSpec, backend: str) 
     if backend == "math":
         from attnprof.profiler.memmodel.trace import record_trace
 
-        events = record_trace(point, sdpa_math=True).events
+        marked = record_trace(point, sdpa_math=True).events
         notes.append("SDPA on the math path: its trace recorded apart, its events placed by op share")
     else:
         marked = list(traced.trace)
         marked.insert(traced.backward_at, (MARK, "backward"))  # where substitute's backward starts
-        sub = substitute(marked, gpu, backend or "math")
-        events = sub.events
-        notes += sub.notes
+    sub = substitute(marked, gpu, backend or "math")
+    events = sub.events
+    notes += sub.notes
     back = next((i for i, e in enumerate(events) if e[0] == MARK and e[1] == "backward"), len(events))
     run_of = runs_of(events, back)
     ordinal = op_ordinals(events)

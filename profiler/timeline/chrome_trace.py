@@ -61,7 +61,9 @@ def _op_slices(timeline: Timeline, max_slices: int) -> tuple:
         if op.dur_us < threshold:
             while k + 1 < len(ops) and ops[k + 1].dur_us < threshold and ops[k + 1].run == op.run:
                 k += 1
-        if k > j:
+        if k == j and op.dur_us == 0:
+            pass  # a view: no kernel, no slice (its events still fall in it)
+        elif k > j:
             out.append(_slice(f"{k - j + 1} ops", "ops (merged)", op.start_us, ops[k].start_us + ops[k].dur_us,
                               {"ops": k - j + 1, "below_us": threshold}))
             merged += k - j + 1
