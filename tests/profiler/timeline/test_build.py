@@ -16,6 +16,7 @@ CPU_POINTS = [point(), point(mode="checkpoint"), point(mode="reversible"), point
               point(forward_only=True)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("p", CPU_POINTS, ids=lambda p: f"{p.variant}-{p.mode}-{p.scope}-L{p.shape.layers}"
                                                         f"{'-fwd' if p.forward_only else ''}")
 def test_the_tensor_peak_and_the_step_time_are_the_predictions(p):
@@ -27,6 +28,7 @@ def test_the_tensor_peak_and_the_step_time_are_the_predictions(p):
     assert t.steps.step_us == pytest.approx(point_time(p, acc.op_costs, RATES).time_ms * 1e3, rel=1e-9)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("p", [point("sdpa", dtype="bfloat16", d_model=64), point(), point(mode="checkpoint"),
                                point("sdpa", dtype="float64", d_model=64)],
                          ids=["sdpa-bf16", "full", "full-checkpoint", "sdpa-fp64-math"])
