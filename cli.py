@@ -186,9 +186,9 @@ def compare_timelines(predicted: Annotated[Path, typer.Argument(metavar="PREDICT
                       real: Annotated[Path, typer.Argument(metavar="REAL", help="a real snapshot (_dump_snapshot)")],
                       as_json: JsonOpt = False):
     """Compare a predicted memory snapshot with a real one: allocations, peaks, the first event that differs."""
-    from attnprof import api
+    from attnprof.api.timelines import compare_timelines as compare
 
-    result = api.compare_timelines(predicted, real)
+    result = compare(predicted, real)
     if as_json:
         import json
 

@@ -120,7 +120,7 @@ def predict(scenario: Union[PathLike, Scenario, None] = None, *, budget: Union[s
     if timeline is not None:
         from attnprof.api.timelines import write_timelines
 
-        result.timeline_files = write_timelines(result, timeline, gpus, gpu_files)
+        result.timeline_files = write_timelines(result, timeline, named_gpus(gpus, gpu_files))
     return result
 
 

@@ -9,15 +9,13 @@ from attnprof.api.overrides import PathLike
 from attnprof.arguments import checked
 
 
-def write_timelines(result, folder: PathLike, gpus, gpu_files) -> list:
-    """Each ok point of ``result`` (a Predictions), on each GPU it modelled: its two files
-    in ``folder``; their paths, in order."""
-    from attnprof.api.predicting import named_gpus
+def write_timelines(result, folder: PathLike, specs: list) -> list:
+    """Each ok point of ``result`` (a Predictions), on each GPU of ``specs`` (GpuSpecs; none:
+    this CPU's time model): its two files in ``folder``; their paths, in order."""
     from attnprof.profiler.timeline.files import write_point
     from attnprof.profiler.timemodel.machine import machine_rates
     from attnprof.scenarios.plan import series
 
-    specs = named_gpus(gpus, gpu_files)
     rates = None if specs else machine_rates(measure=False)  # measured by predict already, cached
     points = [p for s in series(result.scenario) for p in s]
     from attnprof.profiler.records import key_of_record

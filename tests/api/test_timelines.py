@@ -7,6 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from attnprof import api
+from attnprof.api.timelines import compare_timelines
 from attnprof.cli import app
 
 runner = CliRunner()
@@ -34,7 +35,7 @@ def test_predict_writes_a_snapshot_and_a_trace_per_point_and_gpu(written):
 def test_compare_timelines_of_a_snapshot_with_itself(written):
     folder, result = written
     snap = result.timeline_files[0]
-    out = api.compare_timelines(snap, snap)
+    out = compare_timelines(snap, snap)
     assert out.first_difference is None and out.predicted.allocs > 0
     cli = runner.invoke(app, ["compare-timelines", str(snap), str(snap)])
     assert cli.exit_code == 0 and "allocated peak" in cli.output
@@ -58,7 +59,7 @@ def test_a_planted_pickle_is_refused_in_one_line_and_never_run(written, tmp_path
 def test_an_unwritable_folder_is_refused_before_any_work(tmp_path, monkeypatch):
     (tmp_path / "file").write_text("")
     calls = []
-    monkeypatch.setattr("attnprof.api.predicting._predictions", lambda *a, **k: calls.append(1))
+    monkeypatch.setattr("attnprof.scenarios.plan.series", lambda *a, **k: calls.append(1))
     cli = runner.invoke(app, ["predict", *SMALL, "--timeline", str(tmp_path / "file" / "out")])
     assert cli.exit_code == 2 and len(cli.output.strip().splitlines()) == 1 and calls == []
     cli = runner.invoke(app, ["predict", *SMALL, "--budget", "1GiB", "--timeline", str(tmp_path / "out")])
