@@ -123,3 +123,23 @@ def test_hostile_labels_and_gpu_names_are_spelled_out():
     settings = snapshot(g)["allocator_settings"]
     assert "\x1b" not in settings["attnprof_gpu"] and "\\x1b" in settings["attnprof_gpu"]
     assert not any(ch in str(settings) for ch in "\x1b\n\u202e")
+
+
+def test_the_committed_example_still_reads():
+    """docs/examples/: regenerate it with the command in docs/examples/README.md after a format change."""
+    import json
+    from pathlib import Path
+
+    from torch.cuda import _memory_viz
+
+    from attnprof.profiler.timeline.plain_pickle import load_plain
+
+    folder = Path(__file__).resolve().parents[3] / "docs" / "examples"
+    (snap_path,) = folder.glob("*.memory.pickle")
+    (trace_path,) = folder.glob("*.trace.json")
+    snap = load_plain(snap_path)
+    assert "total_reserved" in _memory_viz.segsum(snap)
+    assert _replay_peak(snap) == snap["allocator_settings"]["attnprof_allocated_peak_bytes"]
+    trace = json.loads(trace_path.read_text())
+    assert trace["otherData"]["peak_bytes"] == _replay_peak(snap)
+    assert snap_path.name.split(".")[0] in (folder / "README.md").read_text()
