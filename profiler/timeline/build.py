@@ -21,6 +21,7 @@ from attnprof.profiler.measure.drive import trace_point
 from attnprof.profiler.measure.tracker import MARK, OP
 from attnprof.profiler.records import Point
 from attnprof.profiler.timeline.allocations import Allocations, simulated, synthetic
+from attnprof.profiler.timeline.module_marks import module_marks, modules_of
 from attnprof.profiler.timeline.steps import Steps, event_times, lay_out, op_ordinals, runs_of
 from attnprof.profiler.timemodel.rates import Rates
 
@@ -36,6 +37,7 @@ class Timeline:
     op_of: list  # source position -> index into steps.ops (-1: setup)
     run_of: list  # source position -> (pass, period)
     time_us: list  # source position -> time (us) of the event there
+    module_of: list  # source position -> the innermost module it runs in ("" outside any, and in backward)
     tensor_peak_bytes: int  # the tracker's peak (the CPU kernels'): the prediction's peak
     gpu: Optional[GpuSpec] = None
     sdpa_backend: str = ""
@@ -48,7 +50,8 @@ def point_timeline(point: Point, gpu: Optional[GpuSpec] = None, rates: Optional[
     from attnprof.scenarios.variants.registry import spec_of, with_spec
 
     point = with_spec(point)
-    traced = trace_point(point, marks=True)
+    with module_marks():
+        traced = trace_point(point, marks=True)
     period = spec_of(point).layer_period()
     backend = ""
     if gpu is not None:
@@ -71,7 +74,7 @@ def point_timeline(point: Point, gpu: Optional[GpuSpec] = None, rates: Optional[
         allocations = simulated(events, traced.categories)
     kinds = [e[0] in ("alloc", "free") for e in events]
     return Timeline(point, steps, allocations, events, op_of, run_of, event_times(op_of, kinds, steps),
-                    traced.peak_bytes, gpu, backend, notes)
+                    modules_of(events), traced.peak_bytes, gpu, backend, notes)
 
 
 def _gpu_events(point: Point, traced, steps: Steps, gpu: GpuSpec, backend: str) -> tuple:

@@ -8,7 +8,8 @@ entries with ``addr``, ``size``, ``stream``, ``time_us`` and ``frames``) and
 ``allocator_settings``.
 
 Each entry's frames name the op and where it ran: the innermost frame is the op (file:
-the module path, "blocks.3"), the outer one the phase ("forward", "backward"). Its
+the module path, "blocks.3.f.fn.to_in" in a forward, the layer period "blocks.3" where
+no module forward runs: backward), the outer one the phase ("forward", "backward"). Its
 ``category`` is the tracker's, "unknown" for the rest (inputs, a kernel's own buffers):
 the viewer needs an "unknown" wherever there are categories. ``time_us``: the time model's.
 
@@ -49,7 +50,8 @@ class _Frames:
         if not op:
             j = t.op_of[i] if i < len(t.op_of) else -1
             op = t.steps.ops[j].name if j >= 0 else "(registered before the step)"
-        key = (op, t.steps.module_path(run), phase_name(run[0]))
+        module = (t.module_of[i] if i < len(t.module_of) else "") or t.steps.module_path(run)
+        key = (op, module, phase_name(run[0]))
         found = self.made.get(key)
         if found is None:
             found = self.made[key] = [{"filename": key[1] or "model", "line": 0, "name": printable(op)},

@@ -143,3 +143,9 @@ def test_the_committed_example_still_reads():
     trace = json.loads(trace_path.read_text())
     assert trace["otherData"]["peak_bytes"] == _replay_peak(snap)
     assert snap_path.name.split(".")[0] in (folder / "README.md").read_text()
+
+
+def test_forward_frames_name_the_module_inside_the_block(small):
+    trace = snapshot(small)["device_traces"][0]
+    forward = {e["frames"][0]["filename"] for e in trace if e["frames"][1]["name"] == "forward"}
+    assert any(f.startswith("blocks.1.f") for f in forward) and any(f.startswith("blocks.0.g") for f in forward)
