@@ -2,7 +2,7 @@
 and the step time, to the byte and to rounding."""
 
 import pytest
-from conftest import RATES, point, timeline_of
+from timeline_points import RATES, point, timeline_of, small  # noqa: F401 (fixtures)
 
 from attnprof.profiler.hardware.gpus import get_gpu
 from attnprof.profiler.memmodel.gpu_peak import gpu_memory

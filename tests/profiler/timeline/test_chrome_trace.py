@@ -5,7 +5,7 @@ import dataclasses
 import json
 
 import pytest
-from conftest import HOSTILE, hostile_gpu, point, timeline_of
+from timeline_points import HOSTILE, hostile_gpu, point, timeline_of, small, on_gpu  # noqa: F401 (fixtures)
 
 from attnprof.profiler.timeline.build import point_timeline
 from attnprof.profiler.timeline.chrome_trace import LIVE_COUNTER, RESERVED_COUNTER, dumps, trace_events

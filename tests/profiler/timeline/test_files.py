@@ -4,7 +4,7 @@ import dataclasses
 import os
 
 import pytest
-from conftest import HOSTILE, point
+from timeline_points import HOSTILE, point
 
 from attnprof.profiler.safeio import LinkRefused, UnwritablePath
 from attnprof.profiler.timeline.files import NAME_BYTES, check_folder, file_name, write_files

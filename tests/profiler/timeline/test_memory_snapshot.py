@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import HOSTILE, hostile_gpu, point, timeline_of
+from timeline_points import HOSTILE, hostile_gpu, point, timeline_of, small, on_gpu  # noqa: F401 (fixtures)
 
 from attnprof.profiler.timeline.build import point_timeline
 from attnprof.profiler.timeline.memory_snapshot import PROTOCOL, dumps, snapshot

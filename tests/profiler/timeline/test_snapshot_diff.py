@@ -2,6 +2,8 @@
 
 import copy
 
+from timeline_points import small, on_gpu  # noqa: F401 (fixtures)
+
 from attnprof.profiler.timeline.memory_snapshot import snapshot
 from attnprof.profiler.timeline.snapshot_diff import compare, summarise
 

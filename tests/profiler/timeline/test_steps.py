@@ -1,6 +1,6 @@
 """Ops end to end in modelled time; each event in its op, pass and period."""
 
-from conftest import RATES, point
+from timeline_points import RATES, point
 
 from attnprof.profiler.measure.drive import MARK_LABEL, PROLOGUE, trace_point
 from attnprof.profiler.measure.tracker import ALLOC, MARK, OP

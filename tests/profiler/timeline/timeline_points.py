@@ -1,4 +1,6 @@
-"""Small points and their timelines, shared by the timeline tests (each built once)."""
+"""Small points and their timelines, shared by the timeline tests (each built once). Not
+named conftest.py: tests/reports/ imports its own ``conftest`` by that name. The fixtures
+(``small``, ``on_gpu``) are imported by the tests that use them."""
 
 from __future__ import annotations
 
