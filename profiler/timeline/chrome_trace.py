@@ -111,7 +111,7 @@ def trace_events(timeline: Timeline, max_slices: int = MAX_OP_SLICES) -> dict:
         events.append({"name": f"peak {fmt_bytes(peak)} at {printable(op)}", "ph": "i", "s": "g",
                        "ts": t.time_us[peak_at.at], "pid": PID, "tid": TID_MEMORY,
                        "args": {"bytes": peak, "op": printable(op),
-                                "module": t.module_of[peak_at.at] or steps.module_path(t.run_of[peak_at.at]),
+                                "module": printable(t.module_of[peak_at.at] or steps.module_path(t.run_of[peak_at.at])),
                                 "phase": phase_name(t.run_of[peak_at.at][0])}})
     other = {"attnprof_predicted": True, "point": label, "key": printable(t.point.key_text()),
              "memory": SOURCES[t.allocations.source], "peak_bytes": peak, "step_us": steps.step_us,

@@ -54,7 +54,7 @@ class _Frames:
         key = (op, module, phase_name(run[0]))
         found = self.made.get(key)
         if found is None:
-            found = self.made[key] = [{"filename": key[1] or "model", "line": 0, "name": printable(op)},
+            found = self.made[key] = [{"filename": printable(key[1] or "model"), "line": 0, "name": printable(op)},
                                       {"filename": "attnprof (predicted)", "line": 0, "name": key[2]}]
         return found
 

@@ -149,3 +149,11 @@ def test_forward_frames_name_the_module_inside_the_block(small):
     trace = snapshot(small)["device_traces"][0]
     forward = {e["frames"][0]["filename"] for e in trace if e["frames"][1]["name"] == "forward"}
     assert any(f.startswith("blocks.1.f") for f in forward) and any(f.startswith("blocks.0.g") for f in forward)
+
+
+def test_a_hostile_module_name_is_spelled_out_in_the_frames():
+    t = timeline_of(point())
+    hostile = dataclasses.replace(t, module_of=["blocks.0\x1b[2J\n" if m else m for m in t.module_of])
+    frames = [f for e in snapshot(hostile)["device_traces"][0] for f in e["frames"]]
+    assert any("\\x1b[2J\\n" in f["filename"] for f in frames)
+    assert not any(ch in f["filename"] for f in frames for ch in "\x1b\n")
