@@ -21,7 +21,7 @@ from typer.core import TyperGroup
 from attnprof.cli_options import (LENGTHS, MEASURE, OUTPUT, SCALE, ExecutorChoice, GpuFileOpt, GpuOpt, JsonOpt,
                                   NoCacheOpt, ScenarioOpt, SortChoice, api_keywords, check_device, scenario_flags)
 from attnprof.errors import UserError
-from attnprof.profiler.units import REPORT_SECONDS
+from attnprof.profiler.units import REPORT_SECONDS, printable
 from attnprof.scenarios.fields import FIELDS
 
 EXIT_USAGE, EXIT_INTERRUPTED = 2, 130  # and 1: the gate found a regression (its own code)
@@ -155,6 +155,10 @@ def predict(scenario: ScenarioOpt = None,
                 "--sort", rich_help_panel=OUTPUT, show_default=False,
                 help="time: rank the variant x mode points that fit by predicted step time, fastest first (on "
                      "this machine's CPU model; with --gpu on each GPU's)")] = None,
+            timeline: Annotated[Optional[Path], typer.Option(
+                "--timeline", metavar="DIR", rich_help_panel=OUTPUT, show_default=False,
+                help="also write each point's predicted memory snapshot (pytorch.org/memory_viz) and Chrome trace "
+                     "(ui.perfetto.dev) into DIR: docs/timelines.md")] = None,
             as_json: JsonOpt = False, no_cache: NoCacheOpt = False, **flags):
     """Predict peak memory, FLOPs and step time without allocating (fake tensors, any machine; 65536 tokens by default)."""
     from attnprof import api
@@ -162,7 +166,7 @@ def predict(scenario: ScenarioOpt = None,
     if sort is not None and as_json:
         raise api.UsageProblem("--sort time orders the table; --json prints every record unranked: give one of them")
     result = api.predict(scenario, budget=budget, gpus=gpu, gpu_files=gpu_file or (), resolution=resolution,
-                         no_cache=no_cache, sort=sort.value if sort is not None else None,
+                         no_cache=no_cache, sort=sort.value if sort is not None else None, timeline=timeline,
                          **api_keywords(flags, PREDICT_FIELDS))
     for note in result.notes:  # warnings always; hints ("note: ...") only beside the table
         if not (as_json and note.startswith("note:")):
@@ -173,6 +177,24 @@ def predict(scenario: ScenarioOpt = None,
         typer.echo(json.dumps(result.records, indent=1))
     else:
         typer.echo(result.table())
+    for path in result.timeline_files:
+        typer.echo(f"wrote {printable(path)}", err=True)
+
+
+@app.command("compare-timelines")
+def compare_timelines(predicted: Annotated[Path, typer.Argument(metavar="PREDICTED", help="a predicted .memory.pickle")],
+                      real: Annotated[Path, typer.Argument(metavar="REAL", help="a real snapshot (_dump_snapshot)")],
+                      as_json: JsonOpt = False):
+    """Compare a predicted memory snapshot with a real one: allocations, peaks, the first event that differs."""
+    from attnprof.api.timelines import compare_timelines as compare
+
+    result = compare(predicted, real)
+    if as_json:
+        import json
+
+        typer.echo(json.dumps(result.to_dict(), indent=1))
+    else:
+        typer.echo(result.text())
 
 
 # --- calibrate ----------------------------------------------------------------------------------

@@ -28,10 +28,11 @@ from attnprof.api.predicting import (PREDICT_LEN, CalibrationRun, Predictions, c
                                      gpu_table, predict)
 from attnprof.api.reporting import REPORT_SECONDS, GateRun, gate, report
 from attnprof.api.sweeping import DEFAULT_SCENARIO, SweepRun, sweep
+from attnprof.api.timelines import compare_timelines
 from attnprof.arguments import ArgumentError, UsageProblem, checked, refuse_ignored
 from attnprof.scenarios.scenario import Scenario, load_scenario
 
 __all__ = ["ArgumentError", "CAPACITY_SECONDS", "CalibrationRun", "DEFAULT_SCENARIO", "EXPORT_FORMATS", "Exported",
            "GateRun", "PREDICT_LEN", "Predictions", "REPORT_SECONDS", "Scenario", "SweepRun", "UsageProblem",
-           "build_scenario", "calibrate", "capacity_for_report", "checked", "default_memory_limit", "export", "gate",
-           "gpu_table", "load_scenario", "predict", "refuse_ignored", "report", "sweep"]
+           "build_scenario", "calibrate", "capacity_for_report", "checked", "compare_timelines", "default_memory_limit",
+           "export", "gate", "gpu_table", "load_scenario", "predict", "refuse_ignored", "report", "sweep"]

@@ -28,6 +28,7 @@ class Predictions:
     notes: list = field(default_factory=list)  # warnings for stderr (a failed calibration)
     memory_limit_bytes: Optional[int] = None  # what "fits" means for the CPU ranking
     gpu_labels: dict = field(default_factory=dict)  # GPU key -> as printed (GpuSpec.label: an override says so)
+    timeline_files: list = field(default_factory=list)  # paths written by timeline= (snapshot, trace per point)
 
     def table(self) -> str:
         from attnprof.profiler.predict.points import format_table
@@ -64,7 +65,7 @@ class Predictions:
 def predict(scenario: Union[PathLike, Scenario, None] = None, *, budget: Union[str, int, None] = None,
             gpus: Union[str, Sequence[str], None] = None, gpu_files: Sequence[PathLike] = (),
             resolution: Optional[int] = None, no_cache: bool = False, sort: Optional[str] = None,
-            **overrides) -> Predictions:
+            timeline: Optional[PathLike] = None, **overrides) -> Predictions:
     """Peak memory and FLOPs of each point without allocating (fake tensors, any machine).
     The scenario's keywords are ``build_scenario``'s, less the measurement ones.
 
@@ -86,6 +87,10 @@ def predict(scenario: Union[PathLike, Scenario, None] = None, *, budget: Union[s
     with ``gpus``, on each GPU (``gpu_time_fwd_ms`` / ``_bwd_ms``, ``gpu_tokens_per_s``).
     ``sort="time"``: ``table()`` ranks the points that fit (the GPU's memory with ``gpus``,
     else this machine's) by predicted step time, fastest first.
+
+    ``timeline`` (a folder): also write, per point that fits (and per GPU with ``gpus``),
+    its predicted memory snapshot and Chrome trace (profiler/timeline/, docs/timelines.md);
+    the folder is checked before any work, and the files are listed in ``timeline_files``.
     """
     from attnprof.profiler.predict import cache
 
@@ -95,6 +100,12 @@ def predict(scenario: Union[PathLike, Scenario, None] = None, *, budget: Union[s
         raise UsageProblem("--sort time ranks the points at the lengths given; leave out --budget")
     if overrides.get("seq_lens") and budget is not None:
         raise UsageProblem("--budget searches the lengths from --min-len to --max-len; --seq-len would be ignored")
+    if timeline is not None:
+        if budget is not None:
+            raise UsageProblem("--timeline writes the points at the lengths given; leave out --budget")
+        from attnprof.profiler.timeline.files import check_folder
+
+        check_folder(timeline)
     if resolution is not None:
         if resolution <= 0:
             raise UsageProblem(f"--resolution must be a positive number of tokens, got {resolution}")
@@ -104,11 +115,17 @@ def predict(scenario: Union[PathLike, Scenario, None] = None, *, budget: Union[s
             raise UsageProblem("--resolution is not available with --gpu; leave out one of them")
     with cache.disabled() if no_cache else contextlib.nullcontext():
         cache.check_folder()  # its one warning before any worker starts
-        return _predictions(scenario, overrides, budget=budget, gpus=gpus, gpu_files=gpu_files,
-                            resolution=resolution, sort=sort)
+        result = _predictions(scenario, overrides, budget=budget, gpus=gpus, gpu_files=gpu_files,
+                              resolution=resolution, sort=sort, timeline=timeline is not None)
+    if timeline is not None:
+        from attnprof.api.timelines import write_timelines
+
+        result.timeline_files = write_timelines(result, timeline, named_gpus(gpus, gpu_files))
+    return result
 
 
-def _predictions(scenario, overrides: dict, *, budget, gpus, gpu_files, resolution, sort=None) -> Predictions:
+def _predictions(scenario, overrides: dict, *, budget, gpus, gpu_files, resolution, sort=None,
+                 timeline: bool = False) -> Predictions:
     from attnprof.profiler.predict.points import longest_fitting
 
     budget_bytes = to_bytes(budget, "--budget") if budget is not None else None
@@ -130,7 +147,7 @@ def _predictions(scenario, overrides: dict, *, budget, gpus, gpu_files, resoluti
         notes: list = list(said)
         # this CPU's step times: from its cached calibration; measured first (~3 s) only when
         # asked to rank by time, so a plain prediction stays at planning speed
-        rates = machine_rates(warn=notes.append, measure=sort == "time" and not specs)
+        rates = machine_rates(warn=notes.append, measure=(sort == "time" or timeline) and not specs)
         if rates is None and not (sort == "time" and not specs) and not notes:
             notes.append("note: step times on this CPU: run `attnprof calibrate` once (a few seconds, cached)")
         records = spread(partial(prediction_record, rates=rates), [p for s in series(sc) for p in s],

@@ -81,7 +81,21 @@ def _draw(run: Run, output: Path, start: float, seconds: float, gpus: list, warn
     left = max(0.0, seconds - (time.monotonic() - start) - FINISH_RESERVE_S)
     cap = capacity(frame, run.path, seconds=left, budgets=_budgets(run), gpus=gpus, warn=warn)
     _save(charts.capacity_chart(frame, cap), output, "capacity", drawn)
+    _save(_timeline(frame, seconds - (time.monotonic() - start) - FINISH_RESERVE_S, drawn, warn), output, TIMELINE,
+          drawn)
     return drawn, cap
+
+
+def _timeline(frame, left: float, drawn: dict, warn):
+    """The memory-over-a-step chart (reports/timeline_chart.py) in the time left; its note
+    (what was left out) kept in ``drawn`` beside the images."""
+    from attnprof.profiler.timemodel.machine import machine_rates
+    from attnprof.reports.timeline_chart import timeline_chart
+
+    fig, note = timeline_chart(frame, left, rates=machine_rates(measure=False) if left > 0 else None, warn=warn)
+    if note:
+        drawn[TIMELINE_NOTE] = note
+    return fig
 
 
 def _budgets(run: Run) -> dict:
@@ -144,7 +158,7 @@ def _sections(run: Run, cap: Capacity, base: Run | None, images: dict) -> list[p
     frame = run.frame
     sections = [page.Section("fits", "What fits where", _gpu_fits(frame, cap) if cap.gpus else _fits(frame, cap)),
                 page.Section("charts", "Charts", _charts(images, cap)),
-                *_time_model(frame, images),
+                *_time_model(frame, images), *_memory_over_a_step(images),
                 page.Section("scaling", "Scaling", tables.slope_table(slopes(frame)) + page.paragraph(SCALING_NOTE, "note"))]
     pivots = []
     for panel in panels(frame):
@@ -241,6 +255,13 @@ CAPTIONS = {
 
 
 TIME_ACCURACY = CHARTS[3]  # the chart's name: report-time-accuracy.png
+TIMELINE = CHARTS[5]  # report-timeline.png: the memory over a step (its own section)
+TIMELINE_NOTE = "timeline-note"  # drawn's entry for what the timeline chart left out
+TIMELINE_CAPTION = ("Predicted live memory over one training step (fake tensors: the tensor tracker's allocations and "
+                    "frees, each at its op's time by the time model), stacked by category, for the longest ok point of "
+                    "each built-in variant; the peak marked with the op that reached it; phases shaded. A model, "
+                    "never measured: `attnprof predict ... --timeline DIR` writes it as a PyTorch memory snapshot and "
+                    "a Chrome trace (docs/timelines.md).")
 NO_TIME_MODEL = ("No point has a predicted step time (the time model, docs/time-model.md: records from before "
                  "it, or no calibrated rates), so the report has no time-model section.")
 TIME_ACCURACY_CAPTION = (
@@ -262,7 +283,8 @@ GPU_CAPACITY_CAPTION = (f"Longest power-of-two length whose modelled GPU total (
 
 
 def _charts(images: dict, cap: Capacity) -> str:
-    shown = {name: data for name, data in images.items() if name != TIME_ACCURACY}  # that one has its own section
+    shown = {name: data for name, data in images.items()
+             if name not in (TIME_ACCURACY, TIMELINE, TIMELINE_NOTE)}  # those have their own sections
     captions = {**CAPTIONS, "capacity": GPU_CAPACITY_CAPTION} if cap.gpus else CAPTIONS
     html = [page.image(data, f"{name} chart", captions[name]) for name, data in shown.items()]
     if not shown:
@@ -286,6 +308,15 @@ def _time_model(frame, images: dict) -> list[page.Section]:
                  _scroll(tables.time_error_table(groups))]
     html.append(page.paragraph(TIME_MODEL_NOTE, "note"))
     return [page.Section("time-model", "Time model against measurement", "\n".join(html))]
+
+
+def _memory_over_a_step(images: dict) -> list[page.Section]:
+    if TIMELINE not in images:
+        return []
+    html = [page.image(images[TIMELINE], "memory over a step chart", TIMELINE_CAPTION)]
+    if images.get(TIMELINE_NOTE):
+        html.append(page.paragraph(images[TIMELINE_NOTE], "note"))
+    return [page.Section("timeline", "Memory over a step (predicted)", "\n".join(html))]
 
 
 def _scroll(html: str) -> str:

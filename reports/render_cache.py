@@ -26,7 +26,7 @@ from attnprof.profiler.predict.cache import versions_tag
 
 CACHE_FILE = "report-predictions.json"
 GPU_CACHE_FILE = "report-gpu-predictions.json"  # GPU model figures: {GPU fingerprint: {point key: gpu_* fields}}
-CHARTS = ("memory", "time", "savings", "time-accuracy", "capacity")  # report-<name>.png beside the page
+CHARTS = ("memory", "time", "savings", "time-accuracy", "capacity", "timeline")  # report-<name>.png beside the page
 # Every file a default render writes into the run folder (checked for planted links before
 # any work: by the render, and by a sweep that will render at its end)
 RENDER_FILES = ("report.html", *(f"report-{name}.png" for name in CHARTS), CACHE_FILE, GPU_CACHE_FILE)

@@ -110,7 +110,8 @@ LAYERS = (
     ("L3a", {"profiler.gpumeasure"}),  # measuring a real GPU
     ("L3b", {"profiler.measure"}),  # measuring a point on the CPU (may use gpumeasure)
     ("L4", {"profiler.memmodel", "profiler.timemodel"}),  # the two models of one point: GPU memory, time
-    ("L5", {"profiler.predict"}),  # predicting many points
+    ("L5a", {"profiler.predict"}),  # predicting many points
+    ("L5b", {"profiler.timeline"}),  # a point's predicted timeline (snapshot, trace): reads predict and both models
     ("L6", {"profiler.runner"}),
     ("L7a", {"profiler.gate"}),
     ("L7b", {"reports"}),

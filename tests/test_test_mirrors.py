@@ -39,6 +39,7 @@ EXEMPT = {
     "profiler/runner/errors.py": "exception classes",
     "profiler/runner/executors/base.py": "the Executor protocol (methods that raise NotImplementedError) and a dataclass",
     "profiler/timemodel/__init__.py": "a docstring",
+    "profiler/timeline/__init__.py": "a docstring",
     "profiler/timemodel/constants.py": "a table of constants, each with its source",
     "reports/__init__.py": "a docstring and the mplconfig call",
     "scenarios/__init__.py": "a docstring",

@@ -263,14 +263,23 @@ class Traced:
     # each (shape, stride, dtype, its gradient's (shape, stride) or None), as ``trace_step`` takes them
     step_params: list = field(default_factory=list)
 
-    def op_costs(self) -> list:
-        """Every op of the run, counted: ``op_costs_rows`` of {(pass, op, flops, read, written): n}."""
-        costs: dict = {}
+    def op_rows(self) -> list:
+        """Every op of the run in order, one row each: (trace position, pass, op, flops,
+        bytes read, bytes written); what ``op_costs`` counts, and what a timeline lays out
+        (profiler/timeline/)."""
+        rows = []
         for at in sorted(set(self.io) | set(self.flops)):
             event = self.trace[at] if at < len(self.trace) else None
             name = event[1] if event is not None and event[0] == OP else None
-            count_into(costs, ("bwd" if at >= self.backward_at else "fwd", name, self.flops.get(at, 0),
-                           *self.io.get(at, (0, 0))))
+            rows.append((at, "bwd" if at >= self.backward_at else "fwd", name, self.flops.get(at, 0),
+                         *self.io.get(at, (0, 0))))
+        return rows
+
+    def op_costs(self) -> list:
+        """Every op of the run, counted: ``op_costs_rows`` of {(pass, op, flops, read, written): n}."""
+        costs: dict = {}
+        for row in self.op_rows():
+            count_into(costs, row[1:])
         return op_costs_rows(costs)
 
     @property

@@ -94,6 +94,47 @@ def _math_attention(flops: int, nbytes: int, dtype: str, head_dim: int, backward
     return gemm + score_bytes / rates.bandwidth("reduction"), MATH_KERNELS[pass_]
 
 
+def _op_cost(op, flops, read, written, rates: Rates, dtype: str, head_dim: Optional[int],
+             peak: Optional[float]) -> Optional[tuple]:
+    """(seconds, kernels launched, kernel class) of one op, its launch overhead left out;
+    None when it cannot be predicted (FLOPs and no peak for the dtype; the math path and
+    no head_dim). A view: (0.0, 0, "view")."""
+    cls = kernel_class(op)
+    if cls == "view":
+        return 0.0, 0, cls
+    nbytes = read + written
+    if flops and peak is None:
+        return None
+    base = op_base(str(op)) if op else ""
+    if cls == "attention" and rates.sdpa_backend == "math":
+        if not head_dim:
+            return None
+        one, launched = _math_attention(flops, nbytes, dtype, head_dim, is_attention_backward(op), rates, peak)
+    elif cls == "attention":
+        eff = rates.attention(dtype, is_attention_backward(op))
+        one, launched = kernel_seconds(flops, nbytes, peak, eff, rates.bandwidth(cls)), 1
+    elif cls == "gemm":
+        rate = rates.gemm_flops_per_s(dtype, gemm_inner_dim(op, flops, written, dtype))
+        one, launched = kernel_seconds(flops, nbytes, rate or 1.0, 1.0, rates.bandwidth(cls)), 1
+    else:
+        one, launched = kernel_seconds(flops, nbytes, peak or 1.0, 1.0, rates.op_bandwidth(base, cls)), 1
+    if not base.endswith("_"):  # an in-place op writes into memory it already has
+        one += rates.fresh_output_s(written)
+    return one, launched, cls
+
+
+def op_time_s(pass_: str, op, flops: int, read: int, written: int, rates: Rates, dtype: str,
+              head_dim: Optional[int] = None) -> Optional[float]:
+    """The modelled time of ONE op (a row of ``op_costs`` with count 1), its kernels' launch
+    overhead included: ``predict_time`` of a step is the sum of these over its ops (the
+    timeline, profiler/timeline/, lays them end to end). None where predict_time is None."""
+    cost = _op_cost(op, flops, read, written, rates, dtype, head_dim, rates.peak(dtype))
+    if cost is None:
+        return None
+    one, launched, _ = cost
+    return one + launched * rates.overhead_s(pass_ == "bwd")
+
+
 def predict_time(op_costs: list, rates: Optional[Rates], dtype: str,
                  head_dim: Optional[int] = None) -> Optional[TimePrediction]:
     """The step time of a point on ``rates``' device from its op rows; None when it cannot
@@ -107,27 +148,12 @@ def predict_time(op_costs: list, rates: Optional[Rates], dtype: str,
     by_class = dict.fromkeys(CLASSES, 0.0)
     for row in op_costs:
         pass_, op, flops, read, written, count = row
-        cls = kernel_class(op)
+        cost = _op_cost(op, flops, read, written, rates, dtype, head_dim, peak)
+        if cost is None:
+            return None
+        one, launched, cls = cost
         if cls == "view":
             continue
-        nbytes = read + written
-        if flops and peak is None:
-            return None
-        base = op_base(str(op)) if op else ""
-        if cls == "attention" and rates.sdpa_backend == "math":
-            if not head_dim:
-                return None
-            one, launched = _math_attention(flops, nbytes, dtype, head_dim, is_attention_backward(op), rates, peak)
-        elif cls == "attention":
-            eff = rates.attention(dtype, is_attention_backward(op))
-            one, launched = kernel_seconds(flops, nbytes, peak, eff, rates.bandwidth(cls)), 1
-        elif cls == "gemm":
-            rate = rates.gemm_flops_per_s(dtype, gemm_inner_dim(op, flops, written, dtype))
-            one, launched = kernel_seconds(flops, nbytes, rate or 1.0, 1.0, rates.bandwidth(cls)), 1
-        else:
-            one, launched = kernel_seconds(flops, nbytes, peak or 1.0, 1.0, rates.op_bandwidth(base, cls)), 1
-        if not base.endswith("_"):  # an in-place op writes into memory it already has
-            one += rates.fresh_output_s(written)
         seconds[pass_] += one * count
         kernels[pass_] += launched * count
         by_class[cls] += one * count * 1e3

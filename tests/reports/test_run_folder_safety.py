@@ -21,7 +21,7 @@ from attnprof.reports.data import load
 from conftest import Page, ci_records, write_run
 
 runner = CliRunner()
-CHARTS = ("memory", "time", "savings", "time-accuracy", "capacity")  # report-<name>.png
+CHARTS = ("memory", "time", "savings", "time-accuracy", "capacity", "timeline")  # report-<name>.png
 DEEP = "[" * 200_000 + "]" * 200_000
 
 

@@ -1,0 +1,74 @@
+"""`predict --timeline DIR` and `compare-timelines`, through the api and the CLI."""
+
+import os
+import pickle
+
+import pytest
+from typer.testing import CliRunner
+
+from attnprof import api
+from attnprof.api.timelines import compare_timelines
+from attnprof.cli import app
+
+runner = CliRunner()
+SMALL = ["--variant", "full", "--mode", "plain", "--seq-len", "128", "--d-model", "32", "--heads", "2",
+         "--layers", "1"]
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("timelines") / "out"
+    result = api.predict(variants=["full"], modes=["plain"], seq_lens=[128], d_model=32, heads=2, layers=1,
+                         gpus="h100-sxm", timeline=folder)
+    return folder, result
+
+
+def test_predict_writes_a_snapshot_and_a_trace_per_point_and_gpu(written):
+    folder, result = written
+    names = sorted(p.name for p in folder.iterdir())
+    assert [str(p) for p in result.timeline_files] == [str(folder / n) for n in
+                                                      sorted(names, key=lambda n: not n.endswith(".pickle"))]
+    assert len(names) == 2 and names[0].endswith(".memory.pickle") and names[1].endswith(".trace.json")
+    assert "h100-sxm" in names[0]
+
+
+def test_compare_timelines_of_a_snapshot_with_itself(written):
+    folder, result = written
+    snap = result.timeline_files[0]
+    out = compare_timelines(snap, snap)
+    assert out.first_difference is None and out.predicted.allocs > 0
+    cli = runner.invoke(app, ["compare-timelines", str(snap), str(snap)])
+    assert cli.exit_code == 0 and "allocated peak" in cli.output
+
+
+def test_a_planted_pickle_is_refused_in_one_line_and_never_run(written, tmp_path):
+    folder, result = written
+    marker = tmp_path / "ran"
+
+    class Planted:
+        def __reduce__(self):
+            return os.system, (f"touch {marker}",)
+
+    evil = tmp_path / "real.pickle"
+    evil.write_bytes(pickle.dumps({"segments": [], "device_traces": [[Planted()]]}, protocol=4))
+    cli = runner.invoke(app, ["compare-timelines", str(result.timeline_files[0]), str(evil)])
+    assert cli.exit_code == 2 and len(cli.output.strip().splitlines()) == 1 and "Traceback" not in cli.output
+    assert not marker.exists()
+
+
+def test_an_unwritable_folder_is_refused_before_any_work(tmp_path, monkeypatch):
+    (tmp_path / "file").write_text("")
+    calls = []
+    monkeypatch.setattr("attnprof.scenarios.plan.series", lambda *a, **k: calls.append(1))
+    cli = runner.invoke(app, ["predict", *SMALL, "--timeline", str(tmp_path / "file" / "out")])
+    assert cli.exit_code == 2 and len(cli.output.strip().splitlines()) == 1 and calls == []
+    cli = runner.invoke(app, ["predict", *SMALL, "--budget", "1GiB", "--timeline", str(tmp_path / "out")])
+    assert cli.exit_code == 2 and "--budget" in cli.output
+
+
+@pytest.mark.slow
+def test_the_cli_writes_the_files_without_a_gpu_timed_on_this_cpu(tmp_path):
+    cli = runner.invoke(app, ["predict", *SMALL, "--timeline", str(tmp_path / "t")])
+    assert cli.exit_code == 0, cli.output
+    assert sorted(p.suffix for p in (tmp_path / "t").iterdir()) == [".json", ".pickle"]
+    assert "wrote" in cli.output
