@@ -44,6 +44,10 @@ class Shape:
     dtype: str = "float32"  # one of DTYPES
     ff_mult: int = 4  # d_ff = ff_mult * d_model (Vaswani 2017)
     ff_chunks: int = 1  # >1: feed-forward applied in sequence chunks (Reformer §3)
+    # --- issue 24: attention (grouped KV heads, rotary embedding) ---
+    # later(0, kind="amount") and later(False, kind="switch"), spelled out: later() is defined below Shape
+    kv_heads: int = field(default=0, metadata={"later": True, "choices": (), "kind": "amount"})  # 0 = heads
+    rope: bool = field(default=False, metadata={"later": True, "choices": (), "kind": "switch"})  # RoPE on q, k
 
     def __post_init__(self):
         object.__setattr__(self, "dtype", canonical_dtype(self.dtype))
@@ -53,10 +57,20 @@ class Shape:
                 raise ShapeError(f"{f.name} {problem}")
         if self.d_model % self.heads:
             raise ShapeError(f"d_model {self.d_model} is not divisible by heads {self.heads}")
+        # --- issue 24: attention ---
+        if self.kv_heads and self.heads % self.kv_heads:
+            raise ShapeError(f"kv_heads {self.kv_heads} does not divide heads {self.heads}; "
+                             f"use a divisor of {self.heads} (1 = multi-query, {self.heads} = multi-head)")
+        if self.rope and self.head_dim % 2:
+            raise ShapeError(f"rope rotates channel pairs: head_dim {self.head_dim} must be even")
 
     @property
     def head_dim(self) -> int:
         return self.d_model // self.heads
+
+    @property
+    def n_kv_heads(self) -> int:  # issue 24: the key/value heads the attention really has
+        return self.kv_heads or self.heads
 
     @property
     def torch_dtype(self):
@@ -217,6 +231,9 @@ class PointRecord:
     dtype: str
     ff_mult: int = 4
     ff_chunks: int = 1
+    # --- issue 24: attention ---
+    kv_heads: int = 0  # key/value heads; 0 = heads
+    rope: bool = False  # rotary position embedding on q and k
     forward_only: bool = False
     # --- outcome ---
     status: str = "ok"  # one of STATUSES
@@ -225,6 +242,8 @@ class PointRecord:
     device_name: str = ""
     host: str = ""  # the machine that measured the point (the sweep's own for points it did not run)
     worker_pid: Optional[int] = None  # the process that measured it; None when no worker ran
+    # --- issue 24: attention ---
+    kv_repeat: str = ""  # grouped KV heads: "enable_gqa" (SDPA's own) | "repeat" (K/V copied per head) | ""
     # --- prediction (fake tensors, CPU device) ---
     predicted_peak_bytes: Optional[int] = None
     predicted_breakdown_bytes: dict = field(default_factory=dict)  # category -> bytes at the peak

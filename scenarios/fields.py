@@ -90,6 +90,12 @@ FIELDS: tuple[Field, ...] = (
           "--ff-chunks", SHAPE),
     Field("forward_only", Optional[bool], "", False, "forward pass only, no backward", "--forward-only", SHAPE,
           kind="switch"),
+    # --- issue 24: attention ---
+    Field("kv_heads", Optional[int], "heads", 0,
+          "key/value heads (grouped-query attention; 1 = multi-query); must divide --heads. 0 = --heads",
+          "--kv-heads", SHAPE, kind="amount", refuse_upto=-1, refusal="must not be negative, got {value}"),
+    Field("rope", Optional[bool], "", False, "rotary position embedding on q and k (Su et al. 2021)", "--rope",
+          SHAPE, kind="switch"),
     # --- sequence lengths ------------------------------------------------------------------------------------------
     Field("seq_lens", Optional[Sequence[int]], "tokens", (),  # explicit lengths; empty = powers of two min..max
           "a sequence length, repeatable", "--seq-len", LENGTHS, kind="lengths", refuse_upto=0, refusal=_LENGTH,

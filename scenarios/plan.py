@@ -35,9 +35,22 @@ def shape_at(scenario: Scenario, seq_len: int) -> Shape:
     if seq_len <= 0:
         raise PlanError(f"sequence length must be positive, got {seq_len}")
     shape = Shape(batch=scenario.batch_for(seq_len), seq_len=seq_len, d_model=scenario.d_model,
-                  heads=scenario.heads, layers=scenario.layers, dtype=scenario.dtype, ff_chunks=scenario.ff_chunks)
+                  heads=scenario.heads, layers=scenario.layers, dtype=scenario.dtype, ff_chunks=scenario.ff_chunks,
+                  **attention_fields(scenario))
     check_addressable(shape)
     return shape
+
+
+# --- issue 24: attention ---
+def attention_fields(scenario: Scenario) -> dict:
+    """The Shape fields of the attention options (grouped KV heads, RoPE)."""
+    return {"kv_heads": scenario.kv_heads, "rope": scenario.rope}
+
+
+def check_attention_options(spec: VariantSpec, shape: Shape) -> None:
+    """A variant that cannot take these attention options (LSH's shared QK and grouped KV
+    heads): a one-line VariantError before any point is built."""
+    spec.check_heads(shape.heads, shape.kv_heads, shape.head_dim, shape.rope)
 
 
 def check_addressable(shape: Shape) -> None:
@@ -61,6 +74,7 @@ def series(scenario: Scenario) -> list[list[Point]]:
     shapes = [shape_at(scenario, n) for n in lengths]
     out = []
     for spec in variant_specs(scenario):
+        check_attention_options(spec, shapes[0])  # issue 24
         for mode in modes_of(scenario):
             out.append([Point(spec.label, mode, scenario.scope, s, scenario.forward_only, spec=spec) for s in shapes])
     return out

@@ -62,6 +62,9 @@ class Scenario:
     dtype: str = default("dtype")
     ff_chunks: int = default("ff_chunks")
     forward_only: bool = default("forward_only")
+    # --- issue 24: attention ---
+    kv_heads: int = default("kv_heads")
+    rope: bool = default("rope")
     repeats: int = default("repeats")
     warmup: int = default("warmup")
     point_timeout_s: float = default("point_timeout_s")
@@ -97,6 +100,10 @@ class Scenario:
             need(_is(value, int) and value >= 0, f"{key} must be an integer >= 0, got {_shown(value)}")
         need(all(n > 0 for n in self.seq_lens), f"seq_lens must be positive integers, got {_shown(self.seq_lens)}")
         need(isinstance(self.forward_only, bool), f"forward_only must be true or false, got {_shown(self.forward_only)}")
+        # --- issue 24: attention ---
+        need(isinstance(self.rope, bool), f"rope must be true or false, got {_shown(self.rope)}")
+        need(not self.kv_heads or not _is(self.heads, int) or self.heads % self.kv_heads == 0,
+             f"kv_heads {self.kv_heads} does not divide heads {self.heads}; use a divisor of {self.heads}")
         timeout = self.point_timeout_s
         need(_is(timeout, float) or _is(timeout, int), f"point_timeout_s must be a number of seconds, got {_shown(timeout)}")
         need(math.isfinite(timeout) and 0 < timeout <= MAX_POINT_TIMEOUT_S,

@@ -14,7 +14,8 @@ from attnprof.profiler.records import STATUSES, PointRecord, Shape
 
 MAX_INT = (1 << 63) - 1  # a count beyond int64 is corrupt data (and overflows pandas and floats)
 _FIELDS = {f.name: f for f in fields(PointRecord)}
-_POSITIVE = {f.name for f in fields(Shape)} | {"head_dim"}  # shape sizes: > 0
+# shape sizes: > 0 (a later "amount" field, issue 24, may be 0: its default means "off")
+_POSITIVE = {f.name for f in fields(Shape) if f.metadata.get("kind") != "amount"} | {"head_dim"}
 ALWAYS = ("status",)  # has a default in PointRecord, but a record without one must not pass as "ok"
 _KINDS = {"int": "an integer", "float": "a finite number", "str": "a string", "bool": "true or false"}
 

@@ -55,7 +55,8 @@ class Block(nn.Module):
 
     def __init__(self, spec: VariantSpec, shape: Shape, layer_index: int):
         super().__init__()
-        self.f = PreNorm(shape.d_model, spec.build(shape.d_model, shape.heads, layer_index=layer_index))
+        self.f = PreNorm(shape.d_model, spec.build(shape.d_model, shape.heads, layer_index=layer_index,
+                                                   kv_heads=shape.kv_heads, rope=shape.rope))
         self.g = PreNorm(shape.d_model, FeedForward(shape.d_model, shape.ff_mult, shape.ff_chunks))
 
     def forward(self, x):
