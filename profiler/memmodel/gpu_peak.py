@@ -177,6 +177,18 @@ class TraceCache:
         return self._traces[key]
 
 
+# --- issue 24: attention dropout ---
+def dropout_notes(point: Point) -> list:
+    """What the model does not know about attention dropout on a GPU, or []."""
+    from attnprof.scenarios.variants.registry import spec_of
+
+    if not spec_of(point).options.get("dropout"):
+        return []
+    return ["attention dropout modelled as the CPU trace runs it (aten dropout: a noise tensor of the weights' "
+            "dtype, where CUDA's fused native_dropout keeps a 1-byte mask; SDPA with dropout_p on its math path, "
+            "where a GPU may run a fused kernel with dropout): not the GPU's kernels"]
+
+
 def gpu_memory(point: Point, gpu: GpuSpec, cache: Optional[TraceCache] = None) -> GpuPrediction:
     """The model's allocated, reserved and total peaks of ``point`` on ``gpu`` (no step
     time: ``predict.gpu_points.predict_gpu`` adds it)."""
@@ -186,12 +198,13 @@ def gpu_memory(point: Point, gpu: GpuSpec, cache: Optional[TraceCache] = None) -
     backend, reason = "", "the variant calls no scaled_dot_product_attention"
     if _has_sdpa(trace.events):
         shape = point.shape
-        choice = choose_sdpa_backend(gpu, shape.dtype, shape.head_dim, requires_grad=not point.forward_only)
+        choice = choose_sdpa_backend(gpu, shape.dtype, shape.head_dim, requires_grad=not point.forward_only,
+                                     grouped_kv=shape.n_kv_heads != shape.heads)
         backend, reason = choice.backend, choice.reason
         if backend == "math":
             trace = cache.get(point, sdpa_math=True)
     sub = substitute(trace.events, gpu, backend or "math")
-    notes = list(sub.notes)
+    notes = list(sub.notes) + dropout_notes(point)
     if gpu.context_estimated:
         notes.append(f"CUDA context estimated at {gpu.context_bytes >> 20} MiB")
     workspaces = sum(1 for e in sub.events if e[0] == ALLOC and str(e[1]).startswith("cublas.workspace"))
