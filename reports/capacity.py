@@ -32,7 +32,7 @@ from typing import Callable, Optional
 import pandas as pd
 
 from attnprof.errors import UserError
-from attnprof.profiler.records import Point, Shape
+from attnprof.profiler.records import IDENTITY_DEFAULTS, Point, Shape
 from attnprof.profiler.units import GIB, fmt_bytes, fmt_len
 from attnprof.profiler.predict.curve import MAX_EXP, MIN_EXP, Curve, Fit, gpu_value, search_curves  # noqa: F401
 from attnprof.reports import render_cache
@@ -254,6 +254,17 @@ def not_predicted(variant: str) -> str:
             f"code a results file names); its figures come from the run's own records")
 
 
+# --- issue 24: later identity fields (kv_heads, rope, ...) ---
+def later_fields(row) -> dict:
+    """The series' later Shape fields (records.IDENTITY_DEFAULTS), each as its default's type;
+    a record written before a field existed (absent, or NaN in a mixed frame) means the default."""
+    out = {}
+    for name, default in IDENTITY_DEFAULTS.items():
+        value = row.get(name, default) if hasattr(row, "get") else default
+        out[name] = default if value is None or (isinstance(value, float) and value != value) else type(default)(value)
+    return out
+
+
 def point_maker(rows: pd.DataFrame) -> Callable[[int], Point]:
     """The series' point at any length: its shape, and its batch rule."""
     first = rows.iloc[0]
@@ -262,7 +273,7 @@ def point_maker(rows: pd.DataFrame) -> Callable[[int], Point]:
     def shape_at(n: int) -> Shape:
         return Shape(batch=batch_of(n), seq_len=n, d_model=int(first["d_model"]), heads=int(first["heads"]),
                      layers=int(first["layers"]), dtype=str(first["dtype"]), ff_mult=int(first["ff_mult"]),
-                     ff_chunks=int(first["ff_chunks"]))
+                     ff_chunks=int(first["ff_chunks"]), **later_fields(first))
 
     # the series' label parsed once (built-ins only: a report never imports code a label names)
     label = str(first["variant"])
