@@ -52,6 +52,7 @@ def assert_error(baseline, run, fragment, **kwargs):
 IDENTITY_CHANGES = {"variant": "sdpa", "mode": "checkpoint", "scope": "attention", "seq_len": 1024, "batch": 2,
                     "d_model": 128, "heads": 8, "layers": 3, "dtype": "bfloat16", "ff_mult": 2, "ff_chunks": 2,
                     "forward_only": True}
+IDENTITY_CHANGES.update({"kv_heads": 2, "rope": True})  # --- issue 24: attention ---
 
 
 def test_every_identity_field_tells_points_apart(tmp_path, baseline):
