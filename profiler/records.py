@@ -98,6 +98,9 @@ class Shape:
     vocab: int = later(0, kind="amount")  # >0: token embedding, LM head and fp32 cross-entropy (scope model)
     tie_embeddings: bool = later(False, kind="switch")  # the LM head's weight is the embedding's
     loss_chunks: int = later(1)  # >1: head + loss in sequence chunks, each recomputed in backward
+    # --- issue 24: attention (grouped KV heads, rotary embedding) ---
+    kv_heads: int = later(0, kind="amount")  # 0 = heads
+    rope: bool = later(False, kind="switch")  # RoPE on q, k
 
     def __post_init__(self):
         object.__setattr__(self, "dtype", canonical_dtype(self.dtype))
@@ -110,6 +113,12 @@ class Shape:
         # --- issue 24: precision ---
         if self.autocast and self.dtype != "float32":
             raise ShapeError(f"autocast {self.autocast} runs over float32 parameters, not {self.dtype}")
+        # --- issue 24: attention ---
+        if self.kv_heads and self.heads % self.kv_heads:
+            raise ShapeError(f"kv_heads {self.kv_heads} does not divide heads {self.heads}; "
+                             f"use a divisor of {self.heads} (1 = multi-query, {self.heads} = multi-head)")
+        if self.rope and self.head_dim % 2:
+            raise ShapeError(f"rope rotates channel pairs: head_dim {self.head_dim} must be even")
 
     @property
     def head_dim(self) -> int:
@@ -121,6 +130,10 @@ class Shape:
         """The feed-forward's hidden width: ``ffn_dim``, or ``ff_mult * d_model`` when it is 0.
         A SwiGLU MLP has two hidden tensors this wide (w1 x and w3 x) and three weights."""
         return self.ffn_dim or self.ff_mult * self.d_model
+
+    @property
+    def n_kv_heads(self) -> int:  # issue 24: the key/value heads the attention really has
+        return self.kv_heads or self.heads
 
     @property
     def torch_dtype(self):
@@ -290,6 +303,9 @@ class PointRecord:
     vocab: int = 0
     tie_embeddings: bool = False
     loss_chunks: int = 1
+    # --- issue 24: attention ---
+    kv_heads: int = 0  # key/value heads; 0 = heads
+    rope: bool = False  # rotary position embedding on q and k
     forward_only: bool = False
     # --- outcome ---
     status: str = "ok"  # one of STATUSES
@@ -298,6 +314,8 @@ class PointRecord:
     device_name: str = ""
     host: str = ""  # the machine that measured the point (the sweep's own for points it did not run)
     worker_pid: Optional[int] = None  # the process that measured it; None when no worker ran
+    # --- issue 24: attention ---
+    kv_repeat: str = ""  # grouped KV heads: "enable_gqa" (SDPA's own) | "repeat" (K/V copied per head) | ""
     # --- prediction (fake tensors, CPU device) ---
     predicted_peak_bytes: Optional[int] = None
     predicted_breakdown_bytes: dict = field(default_factory=dict)  # category -> bytes at the peak

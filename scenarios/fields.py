@@ -127,6 +127,12 @@ FIELDS: tuple[Field, ...] = (
           "a Hugging Face-style config.json PATH or a preset NAME (llama-2-7b, mistral-7b, tinyllama-1.1b): "
           "sets the model's shape; the flags given next to it override it", "--model-config", SHAPE, kind="text",
           metavar="NAME|PATH", show_default=False, stored=False),
+    # --- issue 24: attention ---
+    Field("kv_heads", Optional[int], "heads", 0,
+          "key/value heads (grouped-query attention; 1 = multi-query); must divide --heads. 0 = --heads",
+          "--kv-heads", SHAPE, kind="amount", refuse_upto=-1, refusal="must not be negative, got {value}"),
+    Field("rope", Optional[bool], "", False, "rotary position embedding on q and k (Su et al. 2021)", "--rope",
+          SHAPE, kind="switch"),
     # --- sequence lengths ------------------------------------------------------------------------------------------
     Field("seq_lens", Optional[Sequence[int]], "tokens", (),  # explicit lengths; empty = powers of two min..max
           "a sequence length, repeatable", "--seq-len", LENGTHS, kind="lengths", refuse_upto=0, refusal=_LENGTH,

@@ -37,7 +37,7 @@ def shape_at(scenario: Scenario, seq_len: int) -> Shape:
     shape = Shape(batch=scenario.batch_for(seq_len), seq_len=seq_len, d_model=scenario.d_model,
                   heads=scenario.heads, layers=scenario.layers, dtype=scenario.dtype, ff_chunks=scenario.ff_chunks,
                   **block_options(scenario), **precision_fields(scenario), **_optimizer_fields(scenario),
-                  **lm_fields(scenario))
+                  **lm_fields(scenario), **attention_fields(scenario))
     check_addressable(shape)
     return shape
 
@@ -59,6 +59,16 @@ def _optimizer_fields(scenario: Scenario) -> dict:
 def lm_fields(scenario: Scenario) -> dict:
     """The language model's Shape fields (scenarios/stack/lm_head.py)."""
     return {"vocab": scenario.vocab, "tie_embeddings": scenario.tie_embeddings, "loss_chunks": scenario.loss_chunks}
+# --- issue 24: attention ---
+def attention_fields(scenario: Scenario) -> dict:
+    """The Shape fields of the attention options (grouped KV heads, RoPE)."""
+    return {"kv_heads": scenario.kv_heads, "rope": scenario.rope}
+
+
+def check_attention_options(spec: VariantSpec, shape: Shape) -> None:
+    """A variant that cannot take these attention options (LSH's shared QK and grouped KV
+    heads): a one-line VariantError before any point is built."""
+    spec.check_heads(shape.heads, shape.kv_heads, shape.head_dim, shape.rope)
 
 
 def check_addressable(shape: Shape) -> None:
@@ -85,6 +95,7 @@ def series(scenario: Scenario) -> list[list[Point]]:
     shapes = [shape_at(scenario, n) for n in lengths]
     out = []
     for spec in variant_specs(scenario):
+        check_attention_options(spec, shapes[0])  # issue 24
         for mode in modes_of(scenario):
             out.append([Point(spec.label, mode, scenario.scope, s, scenario.forward_only, spec=spec) for s in shapes])
     return out

@@ -77,6 +77,9 @@ class Scenario:
     vocab: int = default("vocab")
     tie_embeddings: bool = default("tie_embeddings")
     loss_chunks: int = default("loss_chunks")
+    # --- issue 24: attention ---
+    kv_heads: int = default("kv_heads")
+    rope: bool = default("rope")
     repeats: int = default("repeats")
     warmup: int = default("warmup")
     point_timeout_s: float = default("point_timeout_s")
@@ -119,6 +122,10 @@ class Scenario:
              f"vocab {self.vocab} needs scope model (an embedding, a head and a loss around the stack), not attention")
         need(self.vocab or self.loss_chunks == 1, f"loss_chunks {self.loss_chunks} needs a vocabulary (vocab > 0)")
         need(self.vocab or not self.tie_embeddings, "tie_embeddings needs a vocabulary (vocab > 0)")
+        # --- issue 24: attention ---
+        need(isinstance(self.rope, bool), f"rope must be true or false, got {_shown(self.rope)}")
+        need(not self.kv_heads or not _is(self.heads, int) or self.heads % self.kv_heads == 0,
+             f"kv_heads {self.kv_heads} does not divide heads {self.heads}; use a divisor of {self.heads}")
         timeout = self.point_timeout_s
         need(_is(timeout, float) or _is(timeout, int), f"point_timeout_s must be a number of seconds, got {_shown(timeout)}")
         need(math.isfinite(timeout) and 0 < timeout <= MAX_POINT_TIMEOUT_S,

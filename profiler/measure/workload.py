@@ -69,11 +69,18 @@ def scope_note(point: Point) -> str:
             f"on the same q, k, v, outputs summed; figures cover {period} attention layers")
 
 
+def kv_repeat(point: Point) -> str:
+    """How the point's K/V heads reach its query heads (issue 24): "enable_gqa" (SDPA's
+    own), "repeat" (Llama's repeat_kv, a copy per query head), or "" (as many heads)."""
+    return spec_of(point).kv_repeat(point.shape.heads, point.shape.kv_heads)
+
+
 def _one_period(layers: nn.ModuleList, q, k, v) -> torch.Tensor:
-    """Every layer kind's core on the same q, k, v, outputs summed: (B, h, n, dh)."""
-    out = layers[0].core(q, k, v)  # (B, h, n, dh)
+    """Every layer kind's attention (RoPE and K/V repeat included: ``attend``) on the same
+    q, k, v, outputs summed: (B, h, n, dh)."""
+    out = layers[0].attend(q, k, v)  # (B, h, n, dh)
     for layer in layers[1:]:
-        out = out + layer.core(q, k, v)  # (B, h, n, dh)
+        out = out + layer.attend(q, k, v)  # (B, h, n, dh)
     return out
 
 
@@ -140,10 +147,12 @@ class Workload:
                 self._run = lambda: self.module(x)  # (B, n, d)
                 out_shape = (b, n, d)
         else:
+            kv = shape.n_kv_heads  # issue 24: k and v have the K/V heads (GQA / MQA)
             with _building(device, dtype):  # one module per layer kind: layer_index 0..p-1
-                self.module = nn.ModuleList(spec.build(d, h, layer_index=i) for i in range(spec.layer_period()))
-            q, k, v = (torch.randn(b, h, n, dh, device=device, dtype=dtype, requires_grad=grad)
-                       for _ in range(3))  # each (B, h, n, dh)
+                self.module = nn.ModuleList(spec.build(d, h, layer_index=i, kv_heads=shape.kv_heads, rope=shape.rope)
+                                            for i in range(spec.layer_period()))
+            q, k, v = (torch.randn(b, heads, n, dh, device=device, dtype=dtype, requires_grad=grad)
+                       for heads in (h, kv, kv))  # q (B, h, n, dh); k, v (B, K, n, dh)
             if self.module[0].shared_qk:
                 k = q  # Reformer: one shared query/key tensor
                 self.inputs = [q, v]

@@ -187,6 +187,18 @@ class TraceCache:
         return self._traces[key]
 
 
+# --- issue 24: attention dropout ---
+def dropout_notes(point: Point) -> list:
+    """What the model does not know about attention dropout on a GPU, or []."""
+    from attnprof.scenarios.variants.registry import spec_of
+
+    if not spec_of(point).options.get("dropout"):
+        return []
+    return ["attention dropout modelled as the CPU trace runs it (aten dropout: a noise tensor of the weights' "
+            "dtype, where CUDA's fused native_dropout keeps a 1-byte mask; SDPA with dropout_p on its math path, "
+            "where a GPU may run a fused kernel with dropout): not the GPU's kernels"]
+
+
 def gpu_memory(point: Point, gpu: GpuSpec, cache: Optional[TraceCache] = None) -> GpuPrediction:
     """The model's allocated, reserved and total peaks of ``point`` on ``gpu`` (no step
     time: ``predict.gpu_points.predict_gpu`` adds it)."""
@@ -197,12 +209,12 @@ def gpu_memory(point: Point, gpu: GpuSpec, cache: Optional[TraceCache] = None) -
     if _has_sdpa(trace.events):
         shape = point.shape
         choice = choose_sdpa_backend(gpu, _sdpa_dtype(trace.events, shape.dtype), shape.head_dim,
-                                     requires_grad=not point.forward_only)
+                                     requires_grad=not point.forward_only, grouped_kv=shape.n_kv_heads != shape.heads)
         backend, reason = choice.backend, choice.reason
         if backend == "math":
             trace = cache.get(point, sdpa_math=True)
     sub = substitute(trace.events, gpu, backend or "math")
-    notes = list(sub.notes)
+    notes = list(sub.notes) + dropout_notes(point)
     if gpu.context_estimated:
         notes.append(f"CUDA context estimated at {gpu.context_bytes >> 20} MiB")
     if point.shape.autocast:  # issue 24: the trace is a CPU run's (docs/accounting.md, "Mixed precision")

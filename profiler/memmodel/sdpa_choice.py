@@ -20,6 +20,12 @@ on the first CUDA dispatch, it moves cuDNN to the front of the order):
 - older torch (2.5-2.8 sources): cuDNN >= 9.9 on capability 9.0 or 10.0, unless
   TORCH_CUDNN_SDPA_PREFERRED=0.
 
+Grouped KV heads (issue 24: SDPA called with ``enable_gqa`` and fewer K/V heads): flash
+admits them (``check_batch_size_and_num_heads_dense<true>`` in every source read); the
+memory-efficient kernel refuses them in the 2.5-2.9 sources (``<false>``) and admits them in
+later ones, and cuDNN's head-count rule changed between releases too: neither is modelled
+for grouped heads here (refused, with that reason), so such a point gets flash or math.
+
 docs/gpu.md repeats this. A CUDA sweep records the backend torch actually ran
 (``gpu_sdpa_backend_measured``, profiler/gpumeasure/sdpa_spy.py), so the rule is checked on
 every GPU the project is lent (scripts/gpu_check.sh).
@@ -100,9 +106,10 @@ def priority_order(gpu: GpuSpec, facts: Optional[dict] = None) -> list:
 
 def choose_sdpa_backend(gpu: GpuSpec, dtype: str, head_dim: int, head_dim_v: Optional[int] = None,
                         requires_grad: bool = True, forced: Optional[str] = None,
-                        facts: Optional[dict] = None) -> SdpaChoice:
+                        facts: Optional[dict] = None, grouped_kv: bool = False) -> SdpaChoice:
     """sdp_utils.cpp ``select_sdp_backend`` for attnprof's SDPA calls (dense 4-D, no mask, no
-    dropout): the first backend of ``priority_order`` whose checks pass."""
+    dropout): the first backend of ``priority_order`` whose checks pass. ``grouped_kv``: k and
+    v have fewer heads than q (enable_gqa; module docstring)."""
     forced = forced if forced is not None else (os.environ.get(BACKEND_ENV) or None)
     if forced:
         if forced not in BACKENDS:
@@ -140,7 +147,16 @@ def choose_sdpa_backend(gpu: GpuSpec, dtype: str, head_dim: int, head_dim_v: Opt
             return f"memory-efficient attention needs head dims divisible by {align}"
         return None
 
-    checks = {"cudnn": cudnn, "flash": flash, "efficient": efficient}
+    # --- issue 24: grouped KV heads (module docstring) ---
+    def grouped(check, name):
+        def run() -> Optional[str]:
+            if grouped_kv:
+                return f"{name} with grouped KV heads (enable_gqa): its rule differs across torch releases, not modelled"
+            return check()
+        return run
+
+    checks = {"cudnn": grouped(cudnn, "cuDNN attention"), "flash": flash,
+              "efficient": grouped(efficient, "memory-efficient attention")}
     facts = facts or torch_facts()
     reasons = []
     for name in priority_order(gpu, facts):

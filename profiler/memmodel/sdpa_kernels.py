@@ -183,6 +183,7 @@ def _backward(backend: str, info: dict, outs: list, gpu: GpuSpec, name: _Names, 
     go, q, k, v = info["args"][:4]
     B, H, nq, d = q.shape
     nk, dv = k.shape[2], v.shape[3]
+    Hk = k.shape[1]  # K/V heads: fewer than H with grouped KV heads (enable_gqa, issue 24)
     el = DTYPE_BYTES[q.dtype]
     op = GPU_OP[backend] + "_backward"
     ev = [(OP, op, None)]
@@ -199,10 +200,13 @@ def _backward(backend: str, info: dict, outs: list, gpu: GpuSpec, name: _Names, 
         # fp32 (non-deterministic); both dropped on return.
         dp, dvp = _up(d, 8), _up(dv, 8)
         hsr, nqr = _up(dp, 32 if dp <= 128 else 64), _up(nq, 128)
-        ev += [(ALLOC, outs[0], B * nq * H * dp * el, op), (ALLOC, outs[1], B * nk * H * dp * el, op),
-               (ALLOC, outs[2], B * nk * H * dvp * el, op)]
+        ev += [(ALLOC, outs[0], B * nq * H * dp * el, op), (ALLOC, outs[1], B * nk * Hk * dp * el, op),
+               (ALLOC, outs[2], B * nk * Hk * dvp * el, op)]
         tmp += [name("flash.softmax_d"), name("flash.dq_accum")]
         ev += [(ALLOC, tmp[-2], B * H * nqr * 4, op), (ALLOC, tmp[-1], B * nqr * H * hsr * 4, op)]
+        if Hk != H:  # MQA / GQA: dk_expanded, dv_expanded [B, n, H, d], summed into dk, dv per group
+            tmp += [name("flash.dk_expanded"), name("flash.dv_expanded")]
+            ev += [(ALLOC, tmp[-2], B * nk * H * dp * el, op), (ALLOC, tmp[-1], B * nk * H * dvp * el, op)]
     elif backend == "efficient":
         # attention_backward.cu _efficient_attention_backward: grad_q/k/v = at::empty(sizes)
         # ([B, M, nH, K]); delta [B, nH, M] fp32, computed by the kernel for fp16/bf16

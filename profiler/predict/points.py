@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Optional
 
 from attnprof.profiler.forks import usable_cores
-from attnprof.profiler.measure.workload import scope_note
+from attnprof.profiler.measure.workload import kv_repeat, scope_note
 from attnprof.profiler.predict.fake_run import predict
 from attnprof.profiler.predict.pool import run_chains, spread
 from attnprof.profiler.predict.search import bracket, longest_index
@@ -38,6 +38,7 @@ def prediction_record(point: Point, rates=None) -> dict:
     if problem:
         return {**record, "status": "skipped", "reason": problem, "predicted_peak_bytes": None, "flops": None}
     record["reason"] = scope_note(point)
+    record["kv_repeat"] = kv_repeat(point)  # issue 24
     acc = predict(point)
     return {**record, "predicted_peak_bytes": acc.peak_bytes, "predicted_breakdown_bytes": acc.breakdown_bytes,
             "largest_at_peak": acc.largest_at_peak,

@@ -74,7 +74,8 @@ def rates_for_point(settings: dict, point: Point):
 
         gpu = get_gpu(settings["time_gpu"])
         s = point.shape
-        backend = choose_sdpa_backend(gpu, s.dtype, s.head_dim, requires_grad=not point.forward_only).backend
+        backend = choose_sdpa_backend(gpu, s.dtype, s.head_dim, requires_grad=not point.forward_only,
+                                      grouped_kv=s.n_kv_heads != s.heads).backend  # issue 24
         return gpu_rates(gpu, backend)
     return None
 

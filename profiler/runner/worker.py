@@ -30,7 +30,7 @@ from attnprof.profiler.predict.fake_run import predict
 from attnprof.profiler.runner.estimate import add_time_fields
 from attnprof.profiler.records import Point, PointRecord
 from attnprof.profiler.units import fmt_bytes
-from attnprof.profiler.measure.workload import Workload, scope_note
+from attnprof.profiler.measure.workload import Workload, kv_repeat, scope_note
 
 
 class RssSampler:
@@ -112,6 +112,7 @@ def measure_point(point: Point, settings: dict) -> PointRecord:
     torch.set_num_threads(settings.get("threads") or torch.get_num_threads())
     try:
         record.reason = scope_note(point)  # how the point was measured, when it needs saying
+        record.kv_repeat = kv_repeat(point)  # issue 24: how K/V reached the query heads
         pred = predict(point)
         record.predicted_peak_bytes = pred.peak_bytes
         record.predicted_breakdown_bytes = pred.breakdown_bytes

@@ -66,10 +66,9 @@ class Block(nn.Module):
 
     def __init__(self, spec: VariantSpec, shape: Shape, layer_index: int):
         super().__init__()
-        self.f = PreNorm(shape.d_model, spec.build(shape.d_model, shape.heads, layer_index=layer_index))
+        self.f = PreNorm(shape.d_model, spec.build(shape.d_model, shape.heads, layer_index=layer_index,
+                                                   kv_heads=shape.kv_heads, rope=shape.rope), shape.norm)
         self.g = PreNorm(shape.d_model, FeedForward(shape.d_model, shape.d_ff, shape.ff_chunks, shape.mlp), shape.norm)
-        if shape.norm != "layernorm":  # the attention's pre-norm too (kept off the line above, which is the variant's)
-            self.f.norm = norm_layer(shape.norm, shape.d_model)
 
     def forward(self, x):
         x = x + self.f(x)

@@ -300,6 +300,11 @@ class _Reader:
         return list(out.values())
 
     def option(self, module: _Module, name: str, node: ast.expr) -> OptionInfo:
+        if isinstance(node, ast.Name):  # a shared Option constant (base.DROPOUT), maybe imported
+            found = self.resolve(module, node)
+            if not found or found[1] not in found[0].constants:
+                raise StaticReadError(f"{module.name}: option {name!r} names {node.id!r}, not a module constant")
+            module, node = found[0], found[0].constants[found[1]]
         if not (isinstance(node, ast.Call) and _called(node) == "Option"):
             raise StaticReadError(f"{module.name}: option {name!r} is not Option(...)")
         given = dict(zip(("type", "default", "help", "check"), node.args))

@@ -2,11 +2,14 @@
 
 Vaswani et al. 2017, "Attention Is All You Need", arXiv 1706.03762, §3.2.
 At n = 65536 one head's fp32 scores alone take 16 GiB (Kitaev et al. 2020, §1).
+``dropout=p`` drops attention weights while training (Vaswani et al. 2017, §5.4, as BERT
+and GPT-2 train): F.dropout, whose mask and dropped weights torch allocates (traced).
 """
 
 import torch
+import torch.nn.functional as F
 
-from attnprof.scenarios.variants.base import Attention, causal_mask, mask_value
+from attnprof.scenarios.variants.base import DROPOUT, Attention, causal_mask, mask_value
 from attnprof.scenarios.variants.registry import register_variant
 
 
@@ -15,6 +18,13 @@ class FullAttention(Attention):
     description = "exact softmax(QK^T/sqrt(d))V with the n x n scores materialised (quadratic memory)"
     paper = "Vaswani et al. 2017, Attention Is All You Need, arXiv 1706.03762"
     complexity = (2.0, 2.0)
+    OPTIONS = {**Attention.OPTIONS, "dropout": DROPOUT}
+
+    def drop(self, weights: torch.Tensor) -> torch.Tensor:
+        """Attention dropout on (B, h, n, n) weights while training; the same tensor when off."""
+        if not self.dropout or not self.training:
+            return weights
+        return F.dropout(weights, self.dropout, training=True)  # (B, h, n, n)
 
     def masked(self, logits: torch.Tensor) -> torch.Tensor:
         """(B, h, n, n) -> the same with future keys masked (when causal).
@@ -34,5 +44,5 @@ class FullAttention(Attention):
         return self.masked(torch.einsum("bhid,bhjd->bhij", q * self.scale, k))  # (B, h, n, n)
 
     def core(self, q, k, v):
-        attn = self.scores(q, k).softmax(dim=-1)  # (B, h, n, n)
+        attn = self.drop(self.scores(q, k).softmax(dim=-1))  # (B, h, n, n)
         return torch.einsum("bhij,bhjd->bhid", attn, v)  # (B, h, n, dh)

@@ -253,8 +253,19 @@ class VariantSpec:
         inner = ",".join(f"{k}={_fmt(v)}" for k, v in self.options.items())
         return f"{self.name}[{inner}]"
 
-    def build(self, d_model: int, heads: int, layer_index: int = 0) -> Attention:
-        return self.cls(d_model, heads, layer_index=layer_index, **self.options)
+    def build(self, d_model: int, heads: int, layer_index: int = 0, kv_heads: int = 0, rope: bool = False) -> Attention:
+        """The module; ``kv_heads`` (0 = heads) and ``rope`` only when set, so a plug-in
+        written before them still builds with the defaults (issue 24)."""
+        extra = {k: v for k, v in (("kv_heads", kv_heads), ("rope", rope)) if v}
+        return self.cls(d_model, heads, layer_index=layer_index, **extra, **self.options)
+
+    def check_heads(self, heads: int, kv_heads: int, head_dim: int, rope: bool = False) -> None:
+        """``Attention.check_heads``: grouped KV heads and RoPE at these widths (issue 24)."""
+        self.cls.check_heads(heads, kv_heads, head_dim, rope)
+
+    def kv_repeat(self, heads: int, kv_heads: int) -> str:
+        """``Attention.kv_repeat``: "enable_gqa", "repeat" or "" (issue 24)."""
+        return self.cls.kv_repeat(heads, kv_heads)
 
     def check_shape(self, seq_len: int, heads: int, head_dim: int) -> None:
         cls = self.cls

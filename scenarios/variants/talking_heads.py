@@ -1,6 +1,9 @@
 """Talking-Heads attention: learned h x h head mixing before and after the softmax.
 
 Shazeer et al. 2020, "Talking-Heads Attention", arXiv 2003.02436, §4 (h_k = h = h_v here).
+Grouped KV heads (issue 24): K/V are repeated to the query heads first (base.attend), and
+the mixing runs over the query heads. ``dropout=p`` drops the mixed weights, the ones that
+multiply V (as full attention drops its softmax output).
 """
 
 import torch
@@ -28,4 +31,5 @@ class TalkingHeadsAttention(FullAttention):
         logits = torch.einsum("bhij,hg->bgij", logits, self.pre_mix.to(logits.dtype))  # (B, h, n, n)
         weights = self.masked(logits).softmax(dim=-1)  # (B, h, n, n); masked out of place (see masked)
         weights = torch.einsum("bhij,hg->bgij", weights, self.post_mix.to(weights.dtype))  # (B, h, n, n)
+        weights = self.drop(weights)  # (B, h, n, n)
         return torch.einsum("bhij,bhjd->bhid", weights, v)  # (B, h, n, dh)

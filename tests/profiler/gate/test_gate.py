@@ -56,6 +56,7 @@ IDENTITY_CHANGES.update({"mlp": "swiglu", "ffn_dim": 48, "norm": "rmsnorm"})  # 
 IDENTITY_CHANGES["autocast"] = "bfloat16"  # issue 24: precision
 IDENTITY_CHANGES.update({"optimizer": "adamw", "optimizer_impl": "foreach"})  # issue 24: optimizer
 IDENTITY_CHANGES.update({"vocab": 1000, "tie_embeddings": True, "loss_chunks": 4})  # --- issue 24: lm ---
+IDENTITY_CHANGES.update({"kv_heads": 2, "rope": True})  # --- issue 24: attention ---
 
 
 def test_every_identity_field_tells_points_apart(tmp_path, baseline):

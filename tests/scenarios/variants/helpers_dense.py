@@ -8,18 +8,39 @@ import torch
 from attnprof.scenarios.variants.registry import VariantSpec
 
 
-def build(name, d_model=32, heads=4, **options):
+def build(name, d_model=32, heads=4, kv_heads=0, rope=False, **options):
     torch.set_default_dtype(torch.float64)
-    module = VariantSpec(name, options).build(d_model, heads)
+    module = VariantSpec(name, options).build(d_model, heads, kv_heads=kv_heads, rope=rope)
     torch.set_default_dtype(torch.float32)
     return module
 
 
-def dense_reference(module, x, causal, mix=None):
-    """softmax(QK^T / sqrt(dh) + mask) V with the module's own weights; optional head mixing."""
+def rotary_reference(t, base=10000.0):
+    """RoPE as Su et al. 2021 §3.4 write it, one channel pair at a time: the pair (i, i + dh/2)
+    (Llama's rotate_half pairing) of position m turned by the angle m * base^(-2i/dh)."""
+    n, dh = t.shape[-2], t.shape[-1]
+    out = t.clone()
+    m = torch.arange(n, dtype=t.dtype)[:, None]  # (n, 1)
+    for i in range(dh // 2):
+        angle = m * base ** (-2.0 * i / dh)  # (n, 1)
+        a, b = t[..., :, i:i + 1], t[..., :, i + dh // 2:i + dh // 2 + 1]
+        out[..., :, i:i + 1] = a * angle.cos() - b * angle.sin()
+        out[..., :, i + dh // 2:i + dh // 2 + 1] = b * angle.cos() + a * angle.sin()
+    return out
+
+
+def dense_reference(module, x, causal, mix=None, rope=False, kv_heads=None):
+    """softmax(QK^T / sqrt(dh) + mask) V with the module's own weights; optional head mixing,
+    rotary embedding (rotary_reference) and grouped K/V heads (each repeated for its group of
+    g = h / K query heads with repeat_interleave: query head j reads K/V head j // g)."""
     b, n, d = x.shape
     h, dh = module.heads, module.head_dim
-    q, k, v = (t.view(b, n, h, dh).transpose(1, 2) for t in (x @ module.to_in.weight.T).chunk(3, dim=-1))
+    kv = kv_heads or h
+    q, k, v = (x @ module.to_in.weight.T).split([d, kv * dh, kv * dh], dim=-1)
+    q = q.view(b, n, h, dh).transpose(1, 2)
+    k, v = (t.view(b, n, kv, dh).transpose(1, 2).repeat_interleave(h // kv, dim=1) for t in (k, v))
+    if rope:
+        q, k = rotary_reference(q), rotary_reference(k)
     logits = q @ k.transpose(-1, -2) / math.sqrt(dh)  # (b, h, n, n)
     if mix is not None:
         logits = torch.einsum("bhij,hg->bgij", logits, mix[0])
