@@ -15,24 +15,20 @@ The recorder keeps host-side stack records only: it allocates no device memory, 
 allocator's peak (``measured_peak_bytes``) is the same with it on. The CPU path never
 comes here (the worker calls this only for a CUDA device).
 
-File names (``timeline_name``): one safe name per point, letters, digits, '.', '_', '-'
-only (a variant label from a file is data), the same scheme as the predicted files'
-(profiler/timeline; the lead unifies the two functions on merge).
+File names: the predicted files' own (profiler/timeline/files.py ``file_name``, given by
+the worker): one safe name per point (a variant label from a file is data), so a real
+snapshot and its prediction share a name up to the suffix.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import pickle
-import re
 import stat
 from pathlib import Path
 from typing import Optional
 
 from attnprof.profiler import safeio
-from attnprof.profiler.records import key_of_record
 
 TIMELINES_DIR = "timelines"  # RUN/timelines/, beside results.jsonl
 REAL_SUFFIX = ".real.memory.pickle"
@@ -41,24 +37,12 @@ REAL_SUFFIX = ".real.memory.pickle"
 # 64K-token point's and bounds the file (~200 B an entry before compression).
 DEFAULT_MAX_ENTRIES = 100_000
 PICKLE_PROTOCOL = 4  # torch/utils/viz/MemoryViz.js unpickles protocols 2-4 only
-_UNSAFE = re.compile(r"[^A-Za-z0-9._]+")  # a run of anything else (dashes too) becomes one "-"
-_SLUG_CHARS = 80
 
 
-def timeline_name(identity: dict) -> str:
-    """A point's file-name stem: 'lsh-n_hashes-8-plain-n8192-1a2b3c4d5e'. Readable words of
-    its variant, mode (or 'attention') and length, then a digest of its whole identity
-    (``key_of_record``), so two points never share a name and a hostile label cannot
-    escape the folder ('/', '..', control characters become '-')."""
-    where = "attention" if identity.get("scope") == "attention" else str(identity.get("mode"))
-    words = f"{identity.get('variant')}-{where}-n{identity.get('seq_len')}"
-    slug = _UNSAFE.sub("-", words).strip("-.")[:_SLUG_CHARS].strip("-.") or "point"
-    digest = hashlib.sha256(json.dumps(key_of_record(identity), default=str).encode("utf-8")).hexdigest()[:10]
-    return f"{slug}-{digest}"
-
-
-def real_snapshot_path(folder: Path, identity: dict) -> Path:
-    return Path(folder) / (timeline_name(identity) + REAL_SUFFIX)
+def real_snapshot_path(folder: Path, name: str) -> Path:
+    """Where a point's real snapshot goes: ``name`` is its predicted files' name
+    (profiler/timeline/files.py ``file_name``), so the pair sits side by side."""
+    return Path(folder) / (name + REAL_SUFFIX)
 
 
 def timelines_folder(run_dir: Path) -> Path:
@@ -115,12 +99,12 @@ def snapshot_bytes(snapshot: dict) -> bytes:
     return pickle.dumps(snapshot, protocol=PICKLE_PROTOCOL)
 
 
-def write_real_snapshot(folder: Path, identity: dict, history: MemoryHistory) -> tuple[Optional[Path], str]:
+def write_real_snapshot(folder: Path, name: str, history: MemoryHistory) -> tuple[Optional[Path], str]:
     """Write ``history``'s snapshot for the point into ``folder``: (its path, '') or (None, why not).
     Never raises for the file: a point's measurement outweighs its snapshot."""
     if history.snapshot is None:
         return None, f"no real memory snapshot ({history.problem or 'none taken'})"
-    path = real_snapshot_path(folder, identity)
+    path = real_snapshot_path(folder, name)
     try:
         safeio.write_atomic(path, snapshot_bytes(history.snapshot))
     except (OSError, safeio.LinkRefused) as exc:

@@ -184,8 +184,9 @@ def record_cuda_memory(point: Point, record: PointRecord, device: str, timeline_
 
 def _save_snapshot(point: Point, record: PointRecord, timeline_dir: str, history) -> None:
     from attnprof.profiler.gpumeasure.memory_history import write_real_snapshot
+    from attnprof.profiler.timeline.files import file_name
 
-    _, problem = write_real_snapshot(Path(timeline_dir), point.identity(), history)
+    _, problem = write_real_snapshot(Path(timeline_dir), file_name(point), history)
     history.snapshot = None  # the host memory it holds goes before the timing pass
     if problem:
         _add_reason(record, problem)

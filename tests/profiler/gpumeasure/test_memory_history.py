@@ -10,21 +10,21 @@ from __future__ import annotations
 import os
 import pickle
 import pickletools
-import re
 
 import pytest
+from pathlib import Path
 import torch
 
 from attnprof.profiler.gpumeasure import devices, memory_history
 from attnprof.profiler.gpumeasure.allocator_pass import cuda_memory_pass
 from attnprof.profiler.gpumeasure.memory_history import (MemoryHistory, real_snapshot_path, snapshot_bytes,
-                                                         timeline_name, timelines_folder, write_real_snapshot)
+                                                         timelines_folder, write_real_snapshot)
 from attnprof.profiler.records import Point, Shape
 from attnprof.profiler.safeio import LinkRefused
 from fake_cuda_memory import SNAPSHOT, FakeRecorder
 from fake_nvml import without_nvml
 
-IDENTITY = Point("lsh[n_hashes=8]", "plain", "model", Shape(seq_len=512, d_model=32, heads=2, layers=1)).identity()
+NAME = "lsh-n_hashes=8-plain-model-n512-0123abcd"  # a file_name (profiler/timeline/files.py)
 
 
 @pytest.fixture
@@ -75,15 +75,15 @@ def test_a_broken_recorder_costs_the_snapshot_not_the_measurement(monkeypatch, f
     history = MemoryHistory()
     assert cuda_memory_pass(lambda: None, "cuda:0", history=history)["measured_peak_bytes"] == 300
     assert history.snapshot is None and "recorder broke" in history.problem and fake_cuda[-1] == "record off"
-    path, problem = write_real_snapshot(os.devnull, IDENTITY, history)
+    path, problem = write_real_snapshot(os.devnull, NAME, history)
     assert path is None and "recorder broke" in problem
 
 
 def test_the_file_is_protocol_4_plain_data(tmp_path):
     history = MemoryHistory()
     history.snapshot = SNAPSHOT
-    path, problem = write_real_snapshot(tmp_path, IDENTITY, history)
-    assert problem == "" and path == real_snapshot_path(tmp_path, IDENTITY)
+    path, problem = write_real_snapshot(tmp_path, NAME, history)
+    assert problem == "" and path == real_snapshot_path(tmp_path, NAME)
     assert path.name.endswith(".real.memory.pickle")
     data = path.read_bytes()
     protocols = {int(proto) for op, proto, _ in pickletools.genops(data) if op.name == "PROTO"}
@@ -99,8 +99,8 @@ def test_a_planted_link_is_never_written_through(tmp_path):
     victim.write_text("keep me")
     history = MemoryHistory()
     history.snapshot = SNAPSHOT
-    os.symlink(victim, real_snapshot_path(tmp_path, IDENTITY))
-    path, problem = write_real_snapshot(tmp_path, IDENTITY, history)
+    os.symlink(victim, real_snapshot_path(tmp_path, NAME))
+    path, problem = write_real_snapshot(tmp_path, NAME, history)
     assert path is None and "symbolic link" in problem and "\n" not in problem
     assert victim.read_text() == "keep me"
 
@@ -122,16 +122,13 @@ def test_the_timelines_folder_is_made_and_a_planted_one_refused(tmp_path):
         timelines_folder(tmp_path / "run3")
 
 
-def test_names_are_safe_stable_and_unique():
-    name = timeline_name(IDENTITY)
-    assert name == timeline_name(dict(IDENTITY))
-    assert name.startswith("lsh-n_hashes-8-plain-n512-")
-    assert re.fullmatch(r"[A-Za-z0-9._-]+", name)
-    hostile = dict(IDENTITY, variant="../../etc/passwd\n\x1b[2J" + "x" * 500)
-    assert re.fullmatch(r"[A-Za-z0-9._-]{1,100}", timeline_name(hostile)) and "/" not in timeline_name(hostile)
-    others = [dict(IDENTITY, seq_len=1024), dict(IDENTITY, batch=2), dict(IDENTITY, forward_only=True),
-              dict(IDENTITY, dtype="bfloat16"), dict(IDENTITY, mode="checkpoint")]
-    assert len({name, *(timeline_name(o) for o in others)}) == 1 + len(others)
+def test_the_real_snapshot_takes_the_predicted_files_name():
+    """One name for a point's predicted files and its real snapshot (profiler/timeline/files.py)."""
+    from attnprof.profiler.timeline.files import SNAPSHOT_SUFFIX, file_name
+
+    point = Point("lsh[n_hashes=8]", "plain", "model", Shape(seq_len=512, d_model=32, heads=2, layers=1))
+    real = real_snapshot_path(Path("run/timelines"), file_name(point))
+    assert real.name == file_name(point) + ".real" + SNAPSHOT_SUFFIX and real.parent == Path("run/timelines")
 
 
 def test_max_entries_must_be_a_positive_integer():
@@ -154,7 +151,7 @@ def test_a_real_step_gives_a_snapshot_torch_reads(tmp_path):
 
     history = MemoryHistory()
     result = cuda_memory_pass(step, device, history=history)
-    path, problem = write_real_snapshot(tmp_path, IDENTITY, history)
+    path, problem = write_real_snapshot(tmp_path, NAME, history)
     assert problem == "", problem
     snap = pickle.loads(path.read_bytes())
     sizes = [e["size"] for e in snap["device_traces"][0] if e["action"] == "alloc"]

@@ -18,6 +18,7 @@ from attnprof import api
 from attnprof.cli import app
 from attnprof.errors import UserError
 from attnprof.profiler.gpumeasure.memory_history import real_snapshot_path
+from attnprof.profiler.timeline.files import file_name
 from attnprof.profiler.records import Point, PointRecord, Shape
 from attnprof.profiler.runner import worker
 from attnprof.profiler.runner.errors import SweepError
@@ -63,7 +64,7 @@ def record() -> PointRecord:
 def test_a_cuda_point_writes_its_real_snapshot(fake_gpu, tmp_path):
     rec = record()
     worker.record_cuda_memory(POINT, rec, "cuda:0", str(tmp_path))
-    path = real_snapshot_path(tmp_path, POINT.identity())
+    path = real_snapshot_path(tmp_path, file_name(POINT))
     assert pickle.loads(path.read_bytes()) == SNAPSHOT
     assert rec.measured_peak_bytes == 4096 and rec.measured_by == "cuda-allocator" and rec.reason == ""
     assert "record on" in fake_gpu and fake_gpu[-1] == "record off"
@@ -78,7 +79,7 @@ def test_an_oom_point_still_leaves_its_snapshot(fake_gpu, tmp_path):
     FakeWork.oom = True
     with pytest.raises(torch.OutOfMemoryError):
         worker.record_cuda_memory(POINT, record(), "cuda:0", str(tmp_path))
-    assert real_snapshot_path(tmp_path, POINT.identity()).is_file()
+    assert real_snapshot_path(tmp_path, file_name(POINT)).is_file()
 
 
 def test_a_planted_link_costs_the_snapshot_not_the_point(fake_gpu, tmp_path):
@@ -86,7 +87,7 @@ def test_a_planted_link_costs_the_snapshot_not_the_point(fake_gpu, tmp_path):
     victim.write_text("keep me")
     folder = tmp_path / "timelines"
     folder.mkdir()
-    os.symlink(victim, real_snapshot_path(folder, POINT.identity()))
+    os.symlink(victim, real_snapshot_path(folder, file_name(POINT)))
     rec = record()
     worker.record_cuda_memory(POINT, rec, "cuda:0", str(folder))
     assert victim.read_text() == "keep me"
