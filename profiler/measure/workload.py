@@ -205,7 +205,13 @@ class Workload:
         """The optimizer step, then its gradients released as ``zero_grad(set_to_none=True)``
         does (nothing without an optimizer)."""
         if self.optimizer is not None:
+            if self.scaler is not None:  # amp-fp16: what GradScaler.step does, the gradients unscaled in place
+                self.scaler.unscale_(self.optimizer)
+            # (GradScaler.step skips the step when a gradient is inf: it asks with .item(), which fake
+            # tensors cannot answer; a measured step is one that ran, so it steps)
             self.optimizer.step()
+            if self.scaler is not None:
+                self.scaler.update()  # the scale for the next step, in place
             self.optimizer.zero_grad(set_to_none=True)
 
     def step(self) -> None:

@@ -145,3 +145,27 @@ def test_nonsense_is_refused_in_one_line():
         Workload(Point("sdpa", "plain", "model", Shape(seq_len=8, d_model=32, heads=2, optimizer_impl="fused")))
     with pytest.raises(UserError):
         Shape(optimizer="adam")
+
+
+@pytest.mark.parametrize("mode", ["plain", "checkpoint", "reversible"])
+def test_amp_fp16_steps_through_its_grad_scaler_exactly(mode, monkeypatch):
+    """amp-fp16 with an optimizer: the gradients unscaled in place, the step, the scale updated
+    (GradScaler.step's work, without its .item()), counted alike by real and fake tensors."""
+    from attnprof.profiler.measure.accounting import account
+    from attnprof.profiler.measure.workload import Workload
+    from attnprof.profiler.predict.fake_run import predict
+    from attnprof.profiler.records import Point, Shape
+
+    point = Point("sdpa", mode, "model", Shape(seq_len=64, d_model=32, heads=2, layers=2, autocast="float16",
+                                               optimizer="adamw", optimizer_impl="foreach"))
+    real, fake, predicted = account(point, fake=False), account(point, fake=True), predict(point)
+    assert real.peak_bytes == fake.peak_bytes == predicted.peak_bytes
+    assert real.breakdown_bytes == fake.breakdown_bytes == predicted.breakdown_bytes
+    calls = []
+    for name in ("unscale_", "update"):
+        real_method = getattr(torch.amp.GradScaler, name)
+        monkeypatch.setattr(torch.amp.GradScaler, name,
+                            lambda self, *a, _m=real_method, _n=name, **k: calls.append(_n) or _m(self, *a, **k))
+    work = Workload(point)
+    work.step()
+    assert calls == ["unscale_", "update"]  # the gradients unscaled before the step, the scale updated after
