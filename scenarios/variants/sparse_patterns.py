@@ -33,6 +33,13 @@ def strided_a2(i, j, l: int, causal: bool):
     return hit & (j <= i) if causal else hit
 
 
+def sliding_window(i, j, w: int, causal: bool):
+    """A window of w keys ending at the query: max(0, i−w+1) ≤ j ≤ i; bidirectional |i−j| ≤ w−1
+    (Mistral's and Longformer's local attention, ``sliding_window.py``). It is strided A¹ with
+    l = w − 1: one band, one definition."""
+    return strided_a1(i, j, w - 1, causal)
+
+
 # --- fixed (§4.2, "fixed attention"): own block plus the last c keys of every block ---------
 def fixed_a1(i, j, l: int, c: int, causal: bool):
     """A¹: ⌊j/l⌋ = ⌊i/l⌋ (and j ≤ i when causal)."""
@@ -69,3 +76,8 @@ def fixed_sets(i: int, n: int, l: int, c: int, causal: bool = True, group: int =
     """(A¹(i), A²(i)) of fixed attention over keys 0..n−1; A² of the A²-head ``group``."""
     return ({j for j in range(n) if fixed_a1(i, j, l, c, causal)},
             {j for j in range(n) if fixed_a2(i, j, l, c, causal, group)})
+
+
+def sliding_window_set(i: int, n: int, w: int, causal: bool = True) -> set[int]:
+    """The keys among 0..n−1 that query i sees in a sliding window of w."""
+    return {j for j in range(n) if sliding_window(i, j, w, causal)}

@@ -1,0 +1,66 @@
+"""Sliding-window (local) attention, block-wise in O(n·W) memory: each query sees the last W keys.
+
+Beltagy et al. 2020, "Longformer: The Long-Document Transformer", arXiv 2004.05150, §3.1
+(sliding window); Jiang et al. 2023, "Mistral 7B", arXiv 2310.06825, §2 (sliding window
+attention, W = 4096). The window convention (``sparse_patterns.sliding_window``): causal,
+query i attends keys max(0, i−W+1) … i, W keys counting itself. That is the mask of
+Mistral's released code (mistral-inference through xformers' causal local mask, and Hugging
+Face's Mistral, which masks j ≤ i − W); the paper's prose says "between i − W and i".
+Bidirectional (``causal=false``): |i − j| ≤ W − 1, W − 1 keys on each side, so Longformer's
+window w (w/2 on each side, §3.1) is W = w/2 + 1 here.
+
+It is the Sparse Transformer's A¹ band (Child et al. 2019, arXiv 1904.10509, §4.2) with
+l = W − 1, and runs on the same code: ``sparse.band_attend`` with blocks of W queries, each
+seeing its own key block and the previous one (and the next, bidirectional), masked inside
+that (W x 2W) band; n is padded at the end to a multiple of W. Scores per head: 2·n·W
+(3·n·W bidirectional), never n x n, not even as a mask. For n ≤ W the window covers every
+key and one block of n does (ordinary causal attention, n x 2n scores).
+"""
+
+from __future__ import annotations
+
+from attnprof.scenarios.variants.base import Attention, Option, positive
+from attnprof.scenarios.variants.registry import register_variant
+from attnprof.scenarios.variants.sparse import band_attend
+from attnprof.scenarios.variants.sparse_patterns import sliding_window
+
+
+@register_variant("sliding_window")
+class SlidingWindowAttention(Attention):
+    description = "local attention over the last W keys (Longformer, Mistral), block-wise (n W memory)"
+    paper = ("Beltagy et al. 2020, Longformer, arXiv 2004.05150; "
+             "Jiang et al. 2023, Mistral 7B, arXiv 2310.06825")
+    complexity = (1.0, 1.0)  # at a fixed window W and n >> W
+    OPTIONS = {
+        **Attention.OPTIONS,
+        # 256: a window the default sweep lengths (256 and up) outgrow, so the linear regime
+        # shows; Mistral 7B uses 4096, Longformer 512 (= 256 each side, W = 257 here).
+        "window": Option(int, 256, "W, keys a query sees counting itself: max(0, i-W+1)..i; "
+                         "bidirectional |i-j| <= W-1", check=positive),
+    }
+
+    @staticmethod
+    def block_for(options: dict, seq_len: int) -> int:
+        """Queries per block: W, or n when the window covers the whole sequence."""
+        return max(1, min(options["window"], seq_len))
+
+    @classmethod
+    def entries(cls, options: dict, seq_len: int) -> int:
+        """Score entries per head, masked ones included: padded rows x (2 or 3) blocks of keys."""
+        block = cls.block_for(options, seq_len)
+        rows = -(-seq_len // block) * block  # n padded to a multiple of the block
+        return rows * (2 if options["causal"] else 3) * block
+
+    @classmethod
+    def cost_flops(cls, options: dict, seq_len: int, heads: int, head_dim: int, forward_only: bool = False) -> float:
+        """Matmul FLOPs of ``core`` per batch row: QKᵀ and PV, 2·entries·dh each forward;
+        backward twice that."""
+        return float(heads * cls.entries(options, seq_len) * 4 * head_dim * (1 if forward_only else 3))
+
+    def core(self, q, k, v):
+        w, causal = self.window, self.causal
+        block = self.block_for(self.options, q.shape[2])
+        # One softmax over the band: its logsumexp (the sparse merge's normaliser) is not needed.
+        out, _ = band_attend(q, k, v, block, causal, lambda i, j: sliding_window(i, j, w, causal), self.scale,
+                             with_lse=False)
+        return out  # (B, h, n, dh)
