@@ -35,9 +35,11 @@ def strided_a2(i, j, l: int, causal: bool):
 
 def sliding_window(i, j, w: int, causal: bool):
     """A window of w keys ending at the query: max(0, i−w+1) ≤ j ≤ i; bidirectional |i−j| ≤ w−1
-    (Mistral's and Longformer's local attention, ``sliding_window.py``). It is strided A¹ with
-    l = w − 1: one band, one definition."""
-    return strided_a1(i, j, w - 1, causal)
+    (Mistral's and Longformer's local attention, ``sliding_window.py``): strided A¹ with l = w − 1,
+    the same set (test_sliding_window.py checks it). Both bounds are on i alone, so on broadcast
+    tensors only bool results are scores-sized (``abs(i − j)`` would make an int64 one)."""
+    reach = i - (w - 1) <= j
+    return reach & (j <= i) if causal else reach & (j <= i + (w - 1))
 
 
 # --- fixed (§4.2, "fixed attention"): own block plus the last c keys of every block ---------

@@ -14,7 +14,7 @@ from attnprof.profiler.records import Point, Shape
 from attnprof.scenarios.variants.base import VariantError
 from attnprof.scenarios.variants.registry import VariantSpec, get_variant, parse_variant
 from attnprof.scenarios.variants.sliding_window import SlidingWindowAttention
-from attnprof.scenarios.variants.sparse_patterns import sliding_window_set
+from attnprof.scenarios.variants.sparse_patterns import sliding_window_set, strided_a1
 
 from helpers_dense import check_bidirectional_option_looks_ahead, check_causal_never_looks_ahead
 
@@ -35,6 +35,8 @@ def test_the_window_is_the_last_w_keys(w):
     for i in range(n):
         assert sliding_window_set(i, n, w) == set(range(max(0, i - w + 1), i + 1))
         assert sliding_window_set(i, n, w, causal=False) == set(range(max(0, i - w + 1), min(n, i + w)))
+        for causal in (True, False):  # the Sparse Transformer's A¹ band with l = W − 1
+            assert sliding_window_set(i, n, w, causal) == {j for j in range(n) if strided_a1(i, j, w - 1, causal)}
     assert len(sliding_window_set(n - 1, n, w)) == min(w, n)
 
 
@@ -147,16 +149,17 @@ def test_predicted_peak_is_linear_in_n_at_a_fixed_window_and_far_below_full():
     assert SlidingWindowAttention.complexity[0] == 1.0
 
 
-@pytest.mark.parametrize("label", ["sliding_window[window=64]", "sliding_window[window=48,causal=false]"])
-def test_no_storage_of_n_by_n_elements_is_ever_allocated(label):
+@pytest.mark.parametrize("w,causal", [(64, True), (48, False)])
+def test_no_storage_of_n_by_n_elements_is_ever_allocated(w, causal):
     n = 4096
+    label = f"sliding_window[window={w},causal={str(causal).lower()}]"
     traced = trace_point(attention_point(label, n, heads=1, d_model=16), count_flops=False)
     sizes = [event[2] for event in traced.trace if event[0] == ALLOC]
     assert len(sizes) > 20  # the trace did see the run
     # every storage, whenever it lived, is below n·n bytes (a bool n x n mask would be that);
-    # the largest is a block of scores: (n/W)·W·3W fp32 at most, 3·n·W·4 bytes
-    w = 64
-    assert max(sizes) < n * n and max(sizes) <= 3 * n * w * 4
+    # the largest is the scores: n padded to a multiple of W, times 2W (3W bidirectional) keys, fp32
+    scores_bytes = -(-n // w) * w * (2 if causal else 3) * w * 4
+    assert max(sizes) < n * n and max(sizes) == scores_bytes
     assert all(math.prod(shape) < n * n / 8 for _, shape, _ in traced.origins.values())
     assert traced.peak_bytes < n * n  # the whole live set at the peak, too
 
