@@ -14,7 +14,8 @@ l = W − 1, and runs on the same code: ``sparse.band_attend`` with blocks of W 
 seeing its own key block and the previous one (and the next, bidirectional), masked inside
 that (W x 2W) band; n is padded at the end to a multiple of W. Scores per head: 2·n·W
 (3·n·W bidirectional), never n x n, not even as a mask. For n ≤ W the window covers every
-key and one block of n does (ordinary causal attention, n x 2n scores).
+key and one block of n, with no neighbour block, is ordinary causal attention (n x n scores:
+all of them are in the window).
 """
 
 from __future__ import annotations
@@ -40,16 +41,18 @@ class SlidingWindowAttention(Attention):
     }
 
     @staticmethod
-    def block_for(options: dict, seq_len: int) -> int:
-        """Queries per block: W, or n when the window covers the whole sequence."""
-        return max(1, min(options["window"], seq_len))
+    def blocks_for(options: dict, seq_len: int) -> tuple:
+        """(queries per block, neighbour blocks each way): (W, 1), or (n, 0) when the window
+        covers the whole sequence (n ≤ W: one block, nothing beside it)."""
+        w = options["window"]
+        return (w, 1) if seq_len > w else (max(1, seq_len), 0)
 
     @classmethod
     def entries(cls, options: dict, seq_len: int) -> int:
-        """Score entries per head, masked ones included: padded rows x (2 or 3) blocks of keys."""
-        block = cls.block_for(options, seq_len)
+        """Score entries per head, masked ones included: padded rows x span blocks of keys."""
+        block, reach = cls.blocks_for(options, seq_len)
         rows = -(-seq_len // block) * block  # n padded to a multiple of the block
-        return rows * (2 if options["causal"] else 3) * block
+        return rows * ((1 if options["causal"] else 2) * reach + 1) * block
 
     @classmethod
     def cost_flops(cls, options: dict, seq_len: int, heads: int, head_dim: int, forward_only: bool = False) -> float:
@@ -59,8 +62,8 @@ class SlidingWindowAttention(Attention):
 
     def core(self, q, k, v):
         w, causal = self.window, self.causal
-        block = self.block_for(self.options, q.shape[2])
+        block, reach = self.blocks_for(self.options, q.shape[2])
         # One softmax over the band: its logsumexp (the sparse merge's normaliser) is not needed.
         out, _ = band_attend(q, k, v, block, causal, lambda i, j: sliding_window(i, j, w, causal), self.scale,
-                             with_lse=False)
+                             with_lse=False, reach=reach)
         return out  # (B, h, n, dh)

@@ -142,27 +142,32 @@ def _blocks(t, l):
     return t.view(b, h, n // l, l, dh)  # (B, h, n/l, l, dh)
 
 
-def band_attend(q, k, v, block, causal, allowed, scale, with_lse=True):
+def band_attend(q, k, v, block, causal, allowed, scale, with_lse=True, reach=1):
     """Attention of q over a band of keys, block-wise: q, k, v (B, h, n, dh); query block b
-    (``block`` queries) sees key blocks b−1, b (and b+1 when not causal), masked within by
-    ``allowed(i, j)`` on broadcast positions, so a band no wider than ``block`` each way is
-    exact. Scores: (n/block)·block·(2 or 3)·block per head, never n x n. An n that is not a
-    multiple of ``block`` is padded at the end (padded keys masked, padded rows dropped).
-    Returns out (B, h, n, dh) and the rows' logsumexp (B, h, n) or None, as ``_attend``. Shared by
-    strided A¹ (block = l) and ``sliding_window`` (block = the window)."""
+    (``block`` queries) sees key blocks b−reach … b (… b+reach when not causal), masked within
+    by ``allowed(i, j)`` on broadcast positions, so a band no wider than reach·block each way
+    is exact. Scores: (n/block)·block·span·block per head, span = reach+1 (2·reach+1 when not
+    causal), never n x n unless one block is all of n. An n that is not a multiple of ``block``
+    is padded at the end (padded keys masked, padded rows dropped). Returns out (B, h, n, dh)
+    and the rows' logsumexp (B, h, n) or None, as ``_attend``. Shared by strided A¹ (block = l,
+    reach 1) and ``sliding_window`` (block = the window, reach 1; reach 0 when n ≤ W)."""
     b, h, n, dh = q.shape
-    nb, span = -(-n // block), (2 if causal else 3)  # query blocks; key blocks per query block
+    nb = -(-n // block)  # query blocks
+    span = (1 if causal else 2) * reach + 1  # key blocks per query block
     tail = nb * block - n  # padding at the end: 0 when block divides n (strided always)
     pos = torch.arange(nb * block, device=q.device).view(nb, block)  # (n/block, block)
-    pad = (0, 0, block, (span - 2) * block + tail)  # one zero block before, and one after if bidirectional
+    # reach zero blocks before, and after if bidirectional
+    pad = (0, 0, reach * block, (span - 1 - reach) * block + tail)
     if tail:
         q = F.pad(q, (0, 0, 0, tail))  # (B, h, nb·block, dh)
 
     def windows(t):
+        if span == 1 and not any(pad):
+            return _blocks(t, block)  # (B, h, n/block, block, dh): the own block only, a view
         tb = _blocks(F.pad(t, pad), block)  # (B, h, n/block + span − 1, block, dh)
         return torch.cat([tb[:, :, s:s + nb] for s in range(span)], dim=3)  # (B, h, n/block, span·block, dh)
 
-    kpos = torch.cat([pos + (s - 1) * block for s in range(span)], dim=1)  # (n/block, span·block)
+    kpos = torch.cat([pos + (s - reach) * block for s in range(span)], dim=1)  # (n/block, span·block)
     inside = ((kpos >= 0) & (kpos < n))[:, None, :]  # (n/block, 1, span·block): not a padding key
     ok = allowed(pos[:, :, None], kpos[:, None, :]) & inside  # (n/block, block, span·block)
     # out (B, h, n/block, block, dh), lse (B, h, n/block, block)

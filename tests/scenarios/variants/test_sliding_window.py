@@ -56,8 +56,10 @@ def dense_reference(module, x):
 TOLERANCE = {torch.float64: dict(rtol=1e-10, atol=1e-12), torch.float32: dict(rtol=1e-4, atol=1e-5)}
 
 
-# (n, W, batch, heads): n a multiple of W, n not a multiple (padded), n < W, n = W, W = 1 (itself only)
-SHAPES = [(64, 16, 2, 2), (70, 16, 1, 2), (50, 64, 2, 1), (32, 32, 1, 4), (37, 5, 3, 2), (24, 1, 1, 2), (96, 33, 2, 2)]
+# (n, W, batch, heads): n a multiple of W, n not a multiple (padded), n < W, n = W, W < n < 2W,
+# W = 1 (itself only)
+SHAPES = [(64, 16, 2, 2), (70, 16, 1, 2), (50, 64, 2, 1), (32, 32, 1, 4), (40, 32, 2, 2), (37, 5, 3, 2),
+          (24, 1, 1, 2), (96, 33, 2, 2)]
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -147,6 +149,16 @@ def test_predicted_peak_is_linear_in_n_at_a_fixed_window_and_far_below_full():
     full = predict(attention_point("full", 4096), count_flops=False).peak_bytes
     assert large * 20 < full, (large, full)
     assert SlidingWindowAttention.complexity[0] == 1.0
+
+
+def test_a_window_covering_the_sequence_costs_what_full_attention_does():
+    """n ≤ W: one block of n and no neighbour block of padding, so no more than full's n x n."""
+    for n in (256, 512):
+        window, full = (predict(attention_point(label, n), count_flops=False).peak_bytes
+                        for label in ("sliding_window[window=512]", "full"))
+        assert window == full, (n, window, full)
+    assert predict(attention_point("sliding_window[window=512]", 1024), count_flops=False).peak_bytes < \
+        predict(attention_point("full", 1024), count_flops=False).peak_bytes
 
 
 @pytest.mark.parametrize("w,causal", [(64, True), (48, False)])
