@@ -157,8 +157,9 @@ def test_a_window_covering_the_sequence_costs_what_full_attention_does():
         window, full = (predict(attention_point(label, n), count_flops=False).peak_bytes
                         for label in ("sliding_window[window=512]", "full"))
         assert window == full, (n, window, full)
-    assert predict(attention_point("sliding_window[window=512]", 1024), count_flops=False).peak_bytes < \
-        predict(attention_point("full", 1024), count_flops=False).peak_bytes
+    # at n = 2W the band (n x 2W scores) is as big as full's n x n; beyond, it is smaller
+    assert predict(attention_point("sliding_window[window=512]", 2048), count_flops=False).peak_bytes < \
+        predict(attention_point("full", 2048), count_flops=False).peak_bytes * 0.6
 
 
 @pytest.mark.parametrize("w,causal", [(64, True), (48, False)])
