@@ -187,3 +187,19 @@ def test_cost_flops_is_the_flop_count_of_the_core():
         with FlopCounter() as counter:
             module.core(q, k, v).backward(torch.randn(1, 2, n, 32))
         assert counter.total == pytest.approx(SlidingWindowAttention.cost_flops(resolved, n, 2, 32), rel=1e-9)
+
+
+# --- 4. the GPU models read its ops: `predict --gpu` works ----------------------------------------
+def test_predict_on_a_named_gpu_models_its_memory_and_time():
+    from typer.testing import CliRunner
+
+    from attnprof.cli import app
+
+    result = CliRunner().invoke(app, ["predict", "--gpu", "h100-sxm", "-v", "sliding_window[window=64]",
+                                      "--seq-len", "256", "--d-model", "32", "--heads", "2", "--layers", "1",
+                                      "--mode", "plain"])
+    assert result.exit_code == 0, result.output
+    rows = [line for line in result.output.splitlines() if line.startswith("sliding_window[window=64]")]
+    assert len(rows) == 2 and "h100-sxm" in rows[1] and "yes" in rows[1].split()  # CPU table, then the GPU model
+    refused = CliRunner().invoke(app, ["predict", "-v", "sliding_window[window=0]", "--seq-len", "256"])
+    assert refused.exit_code == 2 and "positive" in refused.output and "Traceback" not in refused.output
