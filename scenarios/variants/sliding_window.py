@@ -3,9 +3,10 @@
 Beltagy et al. 2020, "Longformer: The Long-Document Transformer", arXiv 2004.05150, §3.1
 (sliding window); Jiang et al. 2023, "Mistral 7B", arXiv 2310.06825, §2 (sliding window
 attention, W = 4096). The window convention (``sparse_patterns.sliding_window``): causal,
-query i attends keys max(0, i−W+1) … i, W keys counting itself. That is the mask of
-Mistral's released code (mistral-inference through xformers' causal local mask, and Hugging
-Face's Mistral, which masks j ≤ i − W); the paper's prose says "between i − W and i".
+query i attends keys max(0, i−W+1) … i, W keys counting itself. That is the mask Hugging
+Face transformers applies for a config's ``sliding_window`` (masking_utils.sliding_window_overlay:
+kv_idx > q_idx − sliding_window), so a Mistral config.json's W means the same here; the
+paper's prose says "between i − W and i", one key more.
 Bidirectional (``causal=false``): |i − j| ≤ W − 1, W − 1 keys on each side, so Longformer's
 window w (w/2 on each side, §3.1) is W = w/2 + 1 here.
 

@@ -28,7 +28,7 @@ def build(dtype, d_model=16, heads=2, **options):
     return VariantSpec("sliding_window", options).build(d_model, heads).to(dtype)
 
 
-# --- 1. the convention: W keys ending at the query, itself included (Mistral's code) -----------
+# --- 1. the convention: W keys ending at the query, itself included (HF's Mistral mask) --------
 @pytest.mark.parametrize("w", [1, 2, 5, 16, 100])
 def test_the_window_is_the_last_w_keys(w):
     n = 40
