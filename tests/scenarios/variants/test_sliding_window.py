@@ -203,3 +203,22 @@ def test_predict_on_a_named_gpu_models_its_memory_and_time():
     assert len(rows) == 2 and "h100-sxm" in rows[1] and "yes" in rows[1].split()  # CPU table, then the GPU model
     refused = CliRunner().invoke(app, ["predict", "-v", "sliding_window[window=0]", "--seq-len", "256"])
     assert refused.exit_code == 2 and "positive" in refused.output and "Traceback" not in refused.output
+
+
+def test_cost_bytes_follows_the_tracked_peak_and_gives_the_report_its_exponents():
+    from attnprof.reports.scaling import expected_exponents
+
+    for options, n in (({"window": 128}, 4096), ({"window": 128, "causal": False}, 1000), ({}, 200)):
+        label = "sliding_window[" + ",".join(f"{k}={str(v).lower()}" for k, v in options.items()) + "]"
+        peak = predict(attention_point(label.replace("[]", ""), n, heads=4, d_model=128), count_flops=False).peak_bytes
+        resolved = SlidingWindowAttention.resolve_options(options)
+        assert SlidingWindowAttention.cost_bytes(resolved, n, 4, 32) == pytest.approx(peak, rel=0.15), (label, n)
+    memory, time = expected_exponents("sliding_window[window=64]", [4096, 16384])
+    assert memory == pytest.approx(1.0, abs=0.01) and time == pytest.approx(1.0, abs=0.01)
+    label = "sliding_window[window=1024]"
+    short = expected_exponents(label, [512, 1024])  # n <= W: one block, n x n scores
+    assert short[1] == pytest.approx(2.0, abs=0.01)
+    tracked = [predict(attention_point(label, n, heads=4, d_model=256), count_flops=False).peak_bytes
+               for n in (512, 1024)]  # the report's default shape: 4 heads of 64
+    slope = math.log(tracked[1] / tracked[0]) / math.log(2)
+    assert short[0] == pytest.approx(slope, abs=0.1) and short[0] > 1.2, (short, slope)
