@@ -43,7 +43,7 @@ def test_help_and_variants_list_the_six_variants_with_papers():
     result = runner.invoke(app, ["variants"])
     assert result.exit_code == 0
     out = result.output
-    for name in ["full", "sdpa", "talking_heads", "lsh", "sparse_strided", "sparse_fixed"]:
+    for name in ["full", "sdpa", "talking_heads", "lsh", "sparse_strided", "sparse_fixed", "sliding_window"]:
         assert f"\n{name} " in "\n" + out
     assert out.count("paper:") >= 6 and "arXiv 2001.04451" in out
     assert "option n_hashes (int, default 2): hash rounds" in out

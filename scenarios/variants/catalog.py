@@ -339,7 +339,10 @@ class _Reader:
 
         for name in order:
             visit(name)
-        return out
+        # The registry lists by module, in ``order`` (registry._registered), whatever a sibling
+        # import registered first (sliding_window imports sparse): the same order here.
+        rank = {name: i for i, name in enumerate(order)}
+        return sorted(out, key=lambda info: rank.get(info.source.split(":")[0].rsplit(".", 1)[-1], len(rank)))
 
 
 def _called(node: ast.Call) -> str:

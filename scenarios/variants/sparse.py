@@ -32,15 +32,16 @@ def _combine_check(value):
     return None if value in COMBINES else "must be one of " + ", ".join(COMBINES)
 
 
-def _attend(q, k, v, allowed, scale):
+def _attend(q, k, v, allowed, scale, with_lse=True):
     """Softmax attention of q (..., m, dh) over k, v (..., w, dh) where ``allowed`` (bool,
     broadcast to (..., m, w)) holds. Returns out (..., m, dh), zero on a row that allows no
-    key, and the rows' logsumexp (..., m), about mask_value on such a row."""
+    key, and the rows' logsumexp (..., m), about mask_value on such a row (None unless
+    ``with_lse``: logsumexp costs one more scores-sized tensor at the peak)."""
     logits = torch.matmul(q * scale, k.transpose(-1, -2))  # (..., m, w)
     # A finite mask value: a fully masked row gets a finite lse and no NaN (base.mask_value).
     logits = logits.masked_fill(~allowed, mask_value(logits.dtype))
     out = torch.matmul(logits.softmax(dim=-1), v)  # (..., m, dh)
-    return out * allowed.any(dim=-1, keepdim=True), logits.logsumexp(dim=-1)
+    return out * allowed.any(dim=-1, keepdim=True), (logits.logsumexp(dim=-1) if with_lse else None)
 
 
 class _SparseAttention(Attention):
@@ -141,6 +142,43 @@ def _blocks(t, l):
     return t.view(b, h, n // l, l, dh)  # (B, h, n/l, l, dh)
 
 
+def band_attend(q, k, v, block, causal, allowed, scale, with_lse=True, reach=1):
+    """Attention of q over a band of keys, block-wise: q, k, v (B, h, n, dh); query block b
+    (``block`` queries) sees key blocks b−reach … b (… b+reach when not causal), masked within
+    by ``allowed(i, j)`` on broadcast positions, so a band no wider than reach·block each way
+    is exact. Scores: (n/block)·block·span·block per head, span = reach+1 (2·reach+1 when not
+    causal), never n x n unless one block is all of n. An n that is not a multiple of ``block``
+    is padded at the end (padded keys masked, padded rows dropped). Returns out (B, h, n, dh)
+    and the rows' logsumexp (B, h, n) or None, as ``_attend``. Shared by strided A¹ (block = l,
+    reach 1) and ``sliding_window`` (block = the window, reach 1; reach 0 when n ≤ W)."""
+    b, h, n, dh = q.shape
+    nb = -(-n // block)  # query blocks
+    span = (1 if causal else 2) * reach + 1  # key blocks per query block
+    tail = nb * block - n  # padding at the end: 0 when block divides n (strided always)
+    pos = torch.arange(nb * block, device=q.device).view(nb, block)  # (n/block, block)
+    # reach zero blocks before, and after if bidirectional
+    pad = (0, 0, reach * block, (span - 1 - reach) * block + tail)
+    if tail:
+        q = F.pad(q, (0, 0, 0, tail))  # (B, h, nb·block, dh)
+
+    def windows(t):
+        if span == 1 and not any(pad):
+            return _blocks(t, block)  # (B, h, n/block, block, dh): the own block only, a view
+        tb = _blocks(F.pad(t, pad), block)  # (B, h, n/block + span − 1, block, dh)
+        return torch.cat([tb[:, :, s:s + nb] for s in range(span)], dim=3)  # (B, h, n/block, span·block, dh)
+
+    kpos = torch.cat([pos + (s - reach) * block for s in range(span)], dim=1)  # (n/block, span·block)
+    inside = ((kpos >= 0) & (kpos < n))[:, None, :]  # (n/block, 1, span·block): not a padding key
+    ok = allowed(pos[:, :, None], kpos[:, None, :]) & inside  # (n/block, block, span·block)
+    # out (B, h, n/block, block, dh), lse (B, h, n/block, block)
+    out, lse = _attend(_blocks(q, block), windows(k), windows(v), ok, scale, with_lse)
+    out = out.reshape(b, h, nb * block, dh)  # (B, h, nb·block, dh)
+    lse = None if lse is None else lse.reshape(b, h, nb * block)  # (B, h, nb·block)
+    if tail:
+        out, lse = out[:, :, :n], (None if lse is None else lse[:, :, :n])  # (B, h, n, dh), (B, h, n)
+    return out, lse
+
+
 @register_variant("sparse_strided")
 class StridedSparseAttention(_SparseAttention):
     description = "Sparse Transformer strided: band of l plus every l-th key, l ~ sqrt(n) (n sqrt n memory)"
@@ -158,21 +196,7 @@ class StridedSparseAttention(_SparseAttention):
 
     def part1(self, q, k, v, l, allowed):
         """The band |i−j| ≤ l: query block b sees key blocks b−1, b (and b+1 bidirectional)."""
-        b, h, n, dh = q.shape
-        nb, span = n // l, (2 if self.causal else 3)  # key blocks per query block
-        pos = torch.arange(n, device=q.device).view(nb, l)  # (n/l, l)
-        pad = (0, 0, l, (span - 2) * l)  # one zero block before, and one after if bidirectional
-
-        def windows(t):
-            tb = _blocks(F.pad(t, pad), l)  # (B, h, n/l + span − 1, l, dh)
-            return torch.cat([tb[:, :, s:s + nb] for s in range(span)], dim=3)  # (B, h, n/l, span·l, dh)
-
-        kpos = torch.cat([pos + (s - 1) * l for s in range(span)], dim=1)  # (n/l, span·l)
-        inside = ((kpos >= 0) & (kpos < n))[:, None, :]  # (n/l, 1, span·l): not a padding key
-        ok = allowed(pos[:, :, None], kpos[:, None, :]) & inside  # (n/l, l, span·l)
-        # out (B, h, n/l, l, dh), lse (B, h, n/l, l)
-        out, lse = _attend(_blocks(q, l), windows(k), windows(v), ok, self.scale)
-        return out.reshape(b, h, n, dh), lse.reshape(b, h, n)
+        return band_attend(q, k, v, l, self.causal, allowed, self.scale)
 
     def part2(self, q, k, v, l, allowed):
         """Every l-th key: query i = b·l + r sees column r, i.e. keys b'·l + r."""

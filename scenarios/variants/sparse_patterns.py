@@ -33,6 +33,15 @@ def strided_a2(i, j, l: int, causal: bool):
     return hit & (j <= i) if causal else hit
 
 
+def sliding_window(i, j, w: int, causal: bool):
+    """A window of w keys ending at the query: max(0, i−w+1) ≤ j ≤ i; bidirectional |i−j| ≤ w−1
+    (Mistral's and Longformer's local attention, ``sliding_window.py``): strided A¹ with l = w − 1,
+    the same set (test_sliding_window.py checks it). Both bounds are on i alone, so on broadcast
+    tensors only bool results are scores-sized (``abs(i − j)`` would make an int64 one)."""
+    reach = i - (w - 1) <= j
+    return reach & (j <= i) if causal else reach & (j <= i + (w - 1))
+
+
 # --- fixed (§4.2, "fixed attention"): own block plus the last c keys of every block ---------
 def fixed_a1(i, j, l: int, c: int, causal: bool):
     """A¹: ⌊j/l⌋ = ⌊i/l⌋ (and j ≤ i when causal)."""
@@ -69,3 +78,8 @@ def fixed_sets(i: int, n: int, l: int, c: int, causal: bool = True, group: int =
     """(A¹(i), A²(i)) of fixed attention over keys 0..n−1; A² of the A²-head ``group``."""
     return ({j for j in range(n) if fixed_a1(i, j, l, c, causal)},
             {j for j in range(n) if fixed_a2(i, j, l, c, causal, group)})
+
+
+def sliding_window_set(i: int, n: int, w: int, causal: bool = True) -> set[int]:
+    """The keys among 0..n−1 that query i sees in a sliding window of w."""
+    return {j for j in range(n) if sliding_window(i, j, w, causal)}

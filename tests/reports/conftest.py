@@ -12,10 +12,11 @@ import pytest
 from attnprof.profiler.records import PointRecord
 from attnprof.profiler.runner.storage import MANIFEST_FILE, append_record
 
-CI_VARIANTS = ("full", "sdpa", "lsh", "lsh[n_hashes=8]", "sparse_strided", "sparse_fixed")
+CI_VARIANTS = ("full", "sdpa", "lsh", "lsh[n_hashes=8]", "sparse_strided", "sparse_fixed", "sliding_window")
 CI_MODES = ("plain", "checkpoint", "reversible")
 CI_LENGTHS = (256, 512, 1024)  # the `ci` preset's lengths
-MEMORY_EXPONENT = {"full": 2.0, "sdpa": 1.0, "lsh": 1.0, "sparse_strided": 1.5, "sparse_fixed": 1.5}
+MEMORY_EXPONENT = {"full": 2.0, "sdpa": 1.0, "lsh": 1.0, "sparse_strided": 1.5, "sparse_fixed": 1.5,
+                   "sliding_window": 1.0}
 MODE_FACTOR = {"plain": 1.0, "checkpoint": 0.6, "reversible": 0.45, "none": 0.3}  # synthetic savings
 
 

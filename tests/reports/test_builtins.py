@@ -18,6 +18,7 @@ def test_the_builtin_names_are_one_list_for_the_catalog_the_registry_and_the_rep
 
 
 @pytest.mark.parametrize("label, builtin", [("full", True), ("lsh[n_hashes=2]", True), ("sparse_fixed", True),
+                                            ("sliding_window[window=64]", True),
                                             ("canary_mod:Evil", False), ("full:Evil", False), ("no_such_variant", False),
                                             ("", False), (None, False), (3, False)])
 def test_only_labels_naming_a_builtin_variant_are_builtin(label, builtin):

@@ -49,7 +49,7 @@ def test_no_modes_means_every_mode_and_no_variants_means_every_registered_varian
     modes = {s[0].mode for s in plan}
     assert modes == set(MODES)
     variants = list(dict.fromkeys(s[0].variant for s in plan))
-    assert {"full", "sdpa", "lsh", "sparse_strided", "sparse_fixed", "talking_heads"} <= set(variants)
+    assert {"full", "sdpa", "lsh", "sparse_strided", "sparse_fixed", "talking_heads", "sliding_window"} <= set(variants)
     assert len(plan) == len(variants) * len(MODES)
 
 

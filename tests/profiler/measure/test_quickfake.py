@@ -16,7 +16,8 @@ from attnprof.profiler.records import Point, Shape
 POINTS = [Point(label, mode, "model", Shape(batch=2, seq_len=1024, d_model=64, heads=4, layers=3, dtype=dtype))
           for label, mode, dtype in [("sdpa", "checkpoint", "float32"), ("lsh[bucket_size=32]", "reversible", "bfloat16"),
                                      ("sparse_fixed[summary=4]", "plain", "float32"), ("talking_heads", "reversible",
-                                                                                        "float32")]]
+                                                                                        "float32"),
+                                     ("sliding_window[window=128]", "checkpoint", "float32")]]
 
 
 def recorded(point: Point) -> tuple:

@@ -19,7 +19,8 @@ from attnprof.profiler.records import Point, Shape
 
 REAL = "exact (a small point: run on real CPU tensors)"
 LABELS = ["full", "sdpa", "talking_heads", "lsh[n_hashes=2,bucket_size=16]", "sparse_strided",
-          "sparse_fixed[summary=4]", "sparse_strided[combine=interleaved]"]
+          "sparse_fixed[summary=4]", "sparse_strided[combine=interleaved]", "sliding_window[window=16]",
+          "sliding_window[window=24,causal=false]"]
 SCOPES = [("plain", "model"), ("checkpoint", "model"), ("reversible", "model"), ("none", "attention")]
 
 

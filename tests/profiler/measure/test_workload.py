@@ -15,7 +15,8 @@ from attnprof.scenarios.variants.registry import parse_variant, variant_names
 # Every built-in at n = 64, and each Sparse Transformer combination.
 LABELS = ["full", "sdpa", "talking_heads", "lsh[bucket_size=16]", "lsh[bucket_size=8,n_hashes=2]",
           "sparse_strided", "sparse_fixed[summary=2]", "sparse_strided[combine=multihead]",
-          "sparse_strided[combine=interleaved]", "sparse_fixed[combine=interleaved,summary=2]"]
+          "sparse_strided[combine=interleaved]", "sparse_fixed[combine=interleaved,summary=2]",
+          "sliding_window[window=16]"]
 MODES = ["plain", "checkpoint", "reversible"]
 SMALL = Shape(batch=2, seq_len=64, d_model=32, heads=4, layers=2)
 INTERLEAVED = "sparse_strided[combine=interleaved]"

@@ -25,7 +25,8 @@ LABELS = ["full", "sdpa", "sdpa[causal=false]", "talking_heads", "lsh[bucket_siz
           "lsh[n_hashes=4,bucket_size=16]", "lsh[bucket_size=16,bucket_mask=true,dedup=true,lookback=within_round]",
           "sparse_strided", "sparse_fixed[summary=4]", "sparse_strided[combine=multihead]",
           "sparse_fixed[combine=multihead,summary=4]", "sparse_strided[combine=interleaved]",
-          "sparse_fixed[combine=interleaved,summary=4]"]
+          "sparse_fixed[combine=interleaved,summary=4]", "sliding_window[window=64]",
+          "sliding_window[window=48,causal=false]"]
 MODES = ["plain", "checkpoint", "reversible"]
 
 

@@ -11,7 +11,8 @@ from attnprof.profiler.predict.fake_run import predict
 from attnprof.profiler.records import Point, Shape
 
 VARIANTS = ["full", "sdpa", "talking_heads", "lsh", "sparse_strided", "sparse_fixed[summary=4]",
-            "sparse_fixed[combine=multihead,summary=4]", "lsh[n_hashes=4,bucket_size=32]"]
+            "sparse_fixed[combine=multihead,summary=4]", "lsh[n_hashes=4,bucket_size=32]",
+            "sliding_window[window=64]"]
 SMALL = Shape(batch=2, seq_len=256, d_model=32, heads=4, layers=2)
 
 
@@ -62,14 +63,15 @@ def slope(variant: str, n1: int, n2: int) -> float:
 
 
 @pytest.mark.parametrize("variant, expected", [("full", 2.0), ("talking_heads", 2.0), ("sdpa", 1.0), ("lsh", 1.0),
-                                               ("sparse_strided", 1.5), ("sparse_fixed", 1.5)])
+                                               ("sparse_strided", 1.5), ("sparse_fixed", 1.5),
+                                               ("sliding_window", 1.0)])
 def test_attention_memory_slope_matches_the_algorithm(variant, expected):
     """Log-log slope of the forward+backward peak between 16K and 64K tokens (l = sqrt(n) exactly)."""
     assert abs(slope(variant, 16384, 65536) - expected) < 0.1
 
 
 @pytest.mark.parametrize("variant", ["full", "sdpa", "talking_heads", "lsh", "sparse_strided",
-                                     "sparse_fixed[combine=interleaved,summary=4]"])
+                                     "sparse_fixed[combine=interleaved,summary=4]", "sliding_window[window=64]"])
 @pytest.mark.parametrize("mode", ["plain", "checkpoint", "reversible"])
 def test_depth_composition_equals_running_every_layer(variant, mode, monkeypatch):
     """The fast path (three periods traced, the depth composed) against ``exact=True``,

@@ -8,7 +8,8 @@ from attnprof.scenarios.variants.registry import parse_variant
 
 # Every built-in variant, LSH with several hash rounds and a bucket size that fits n=64.
 VARIANTS = ["full", "sdpa", "talking_heads", "lsh[bucket_size=16,n_hashes=2]", "lsh[bucket_size=8,n_hashes=4]",
-            "sparse_strided", "sparse_fixed[summary=2]", "sparse_strided[combine=interleaved]"]
+            "sparse_strided", "sparse_fixed[summary=2]", "sparse_strided[combine=interleaved]",
+            "sliding_window[window=16]", "sliding_window[window=24,causal=false]"]
 
 
 def gradients(label: str, mode: str, layers: int = 3, input_grad: bool = True, **options):

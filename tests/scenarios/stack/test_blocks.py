@@ -32,7 +32,8 @@ def param_bytes(label: str, layers: int) -> int:
     return sum(p.numel() * 4 for p in Stack(parse_variant(label), shape, "plain").parameters())
 
 
-@pytest.mark.parametrize("label", ["full", "sdpa", "talking_heads", "lsh", "sparse_strided", "sparse_fixed"])
+@pytest.mark.parametrize("label", ["full", "sdpa", "talking_heads", "lsh", "sparse_strided", "sparse_fixed",
+                                   "sliding_window"])
 def test_memory_by_depth_follows_the_papers(label):
     plain = {k: v[0] for k, v in peaks(label, "plain").items()}
     ckpt = {k: v[0] for k, v in peaks(label, "checkpoint").items()}

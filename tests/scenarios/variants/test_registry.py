@@ -20,7 +20,7 @@ from attnprof.scenarios.variants.base import Attention, VariantError
 from attnprof.scenarios.variants.registry import (ENTRY_POINT_GROUP, get_variant, parse_variant, parse_variants,
                                                   variant_names)
 
-BUILTINS = ["full", "sdpa", "talking_heads", "lsh", "sparse_strided", "sparse_fixed"]
+BUILTINS = ["full", "sdpa", "talking_heads", "lsh", "sparse_strided", "sparse_fixed", "sliding_window"]
 
 CANARY = '''
 import pathlib
@@ -240,7 +240,7 @@ def test_a_spec_looks_its_class_up_once_and_pickles_without_it(monkeypatch):
 
 def test_registry_lists_the_six_variants_with_papers():
     names = variant_names()
-    for expected in ["full", "sdpa", "talking_heads", "lsh", "sparse_strided", "sparse_fixed"]:
+    for expected in BUILTINS:
         assert expected in names
         cls = get_variant(expected)
         assert cls.description and cls.paper and "arXiv" in cls.paper
