@@ -9,53 +9,19 @@ nor pandas nor matplotlib (the commands that measure import them when they run).
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated, List, NoReturn, Optional
+from typing import Annotated, List, Optional
 
 import typer
-from typer.core import TyperGroup
 
 from attnprof.cli_options import (LENGTHS, MEASURE, OUTPUT, SCALE, ExecutorChoice, GpuFileOpt, GpuOpt, JsonOpt,
                                   NoCacheOpt, ScenarioOpt, SortChoice, api_keywords, check_device, scenario_flags)
+from attnprof.cli_exits import EXIT_USAGE, QUICK_EXIT, TERMINATED, Commands, leave, one_line, terminate
 from attnprof.errors import UserError
 from attnprof.profiler.units import REPORT_SECONDS, printable
 from attnprof.scenarios.fields import FIELDS
-
-EXIT_USAGE, EXIT_INTERRUPTED = 2, 130  # and 1: the gate found a regression (its own code)
-_TERMINATED: list = []  # the signal that ended a command, when it was not Ctrl-C
-
-
-def _terminate(signum, frame) -> None:
-    """SIGTERM as Ctrl-C: KeyboardInterrupt in the main thread, so every command cleans up
-    (forked workers killed, temp files gone) and says "interrupted"; exit 128+15. A sweep
-    installs its own handlers while it runs (runner/interrupts.py)."""
-    _TERMINATED.append(int(signum))
-    raise KeyboardInterrupt
-
-
-def one_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
-class Commands(TyperGroup):
-    """Every command runs inside this group: a UserError from anywhere below (flags,
-    files, the library) ends as ``error: ...`` and its exit code (2, the UserError
-    default; 1 for a run folder that cannot be written); Ctrl-C as exit 130."""
-
-    def invoke(self, ctx):
-        try:
-            return super().invoke(ctx)
-        except UserError as exc:
-            typer.echo(f"error: {one_line(exc)}", err=True)
-            raise typer.Exit(getattr(exc, "exit_code", EXIT_USAGE)) from None
-        except KeyboardInterrupt:
-            typer.echo("interrupted", err=True)
-            raise typer.Exit(128 + (_TERMINATED[-1] if _TERMINATED else signal.SIGINT)) from None
-
 
 EXAMPLES = """[bold]Examples[/]
 
@@ -243,8 +209,9 @@ def sweep(scenario: ScenarioOpt = None,
               "--quiet", "-q", rich_help_panel=OUTPUT, help="no progress on stderr")] = False,
           timeline: Annotated[bool, typer.Option(
               "--timeline", rich_help_panel=OUTPUT,
-              help="--device cuda: each point's real memory snapshot (the allocator's history of its step) into "
-                   "RUN/timelines/NAME.real.memory.pickle, for pytorch.org/memory_viz")] = False,
+              help="each point's predicted memory snapshot and Chrome trace into RUN/timelines (as predict "
+                   "--timeline writes them), and with --device cuda its real snapshot beside them: docs/timelines.md")]
+          = False,
           gpu: GpuOpt = None, gpu_file: GpuFileOpt = None,
           executor: Annotated[ExecutorChoice, typer.Option(
               "--executor", rich_help_panel=SCALE,
@@ -374,20 +341,6 @@ def export(run_dir: Annotated[Path, typer.Argument(
 # point ends their process at once. Python's own teardown of torch and the fake-tensor
 # machinery (every module dict, ~250k objects through the collector) takes 0.3-0.8 s on a
 # 2-core machine, more than a prediction from the cache takes; the tests run both.
-QUICK_EXIT = frozenset({"predict", "calibrate"})
-
-
-def leave(code: int, args: list, console: bool) -> NoReturn:
-    if console and args and args[0] in QUICK_EXIT:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):  # a closed pipe (| head): nothing more to say
-                pass
-        os._exit(code)
-    sys.exit(code)
-
-
 def main(argv: Optional[List[str]] = None) -> None:
     """``attnprof``: like ``app()``, but a usage error (an unknown flag, a value of the
     wrong type) is one ``error: ...`` line and exit 2, as every other mistake. Called
@@ -396,7 +349,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     console = argv is None
     args = list(sys.argv[1:] if argv is None else argv) or ["--help"]
     if console:
-        signal.signal(signal.SIGTERM, _terminate)
+        signal.signal(signal.SIGTERM, terminate)
     if console and args[0] in QUICK_EXIT:  # a short process: collect young objects less often (collector.py)
         from attnprof.profiler.collector import collect_less_often
 
@@ -411,7 +364,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         sys.exit(EXIT_USAGE)
     except (typer.Abort, KeyboardInterrupt):
         typer.echo("interrupted", err=True)
-        sys.exit(128 + (_TERMINATED[-1] if _TERMINATED else signal.SIGINT))
+        sys.exit(128 + (TERMINATED[-1] if TERMINATED else signal.SIGINT))
     leave(code if isinstance(code, int) else 0, args, console)
 
 

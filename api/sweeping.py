@@ -30,6 +30,7 @@ class SweepRun:
     report_path: Optional[Path] = None
     capacity_s: Optional[float] = None  # seconds the report's capacity predictions took
     capacity_predictions: int = 0
+    timeline_files: list = field(default_factory=list)  # timeline=True: the predicted files written
 
     @property
     def interrupted(self) -> bool:
@@ -91,11 +92,11 @@ def sweep(scenario: Union[PathLike, Scenario, None] = DEFAULT_SCENARIO, *, devic
     local one), one GPU or ``ray_cpus_per_point`` CPUs each. ``gpu_types`` (Ray; "all" or
     names such as "H100,A100"): the sweep once per GPU type, into ``out/<TYPE>/``.
 
-    ``timeline`` (a CUDA device, executor local): each point's REAL memory snapshot, the
-    caching allocator's history of its measured step, into
-    ``out/timelines/NAME.real.memory.pickle`` (pytorch.org/memory_viz opens it); refused in
-    one line on a CPU, where there is no allocator to record (``predict --timeline`` writes
-    the predicted one for any device).
+    ``timeline`` (executor local): each ok point's PREDICTED memory snapshot and Chrome trace
+    (as ``predict(timeline=...)`` writes them; on CUDA for the GPU table's entry of the device,
+    where it has one) into ``out/timelines/``, and on a CUDA device also its REAL snapshot, the
+    caching allocator's history of its measured step, beside them as
+    ``NAME.real.memory.pickle`` (pytorch.org/memory_viz opens both; ``compare_timelines``).
     """
     from datetime import datetime
 
@@ -142,6 +143,11 @@ def sweep(scenario: Union[PathLike, Scenario, None] = DEFAULT_SCENARIO, *, devic
                                                  show_progress=progress)
     else:
         run.summary = run_sweep(sc, run.out, settings, resume=resume, show_progress=progress)
+    if timeline and not run.interrupted:  # issue 25: the predicted side of every measured point
+        from attnprof.api.timelines import write_run_timelines
+
+        for folder in run.folders():
+            run.timeline_files += write_run_timelines(sc, folder, log)
     if report and not run.interrupted:
         for folder in run.folders():
             run.capacity_predictions, run.capacity_s = capacity_for_report(sc, folder, capacity_seconds, log, specs)

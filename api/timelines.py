@@ -30,6 +30,34 @@ def write_timelines(result, folder: PathLike, specs: list) -> list:
     return paths
 
 
+def write_run_timelines(sc, folder: Path, log=lambda line: None) -> list:
+    """``sweep(timeline=True)``: the predicted timeline of each ok point of the run in ``folder``,
+    into ``folder/timelines`` beside the real snapshots a CUDA sweep's workers wrote there. On
+    CUDA the GPU model runs for the device's GPU table entry (by its name), where it has one;
+    otherwise (a CPU, or an unknown GPU) the tensor tracker's timeline with this CPU's rates."""
+    from attnprof.profiler.gpumeasure.memory_history import timelines_folder
+    from attnprof.profiler.hardware.gpus import by_device_name
+    from attnprof.profiler.records import key_of_record
+    from attnprof.profiler.runner.storage import read_records
+    from attnprof.profiler.timeline.files import write_point
+    from attnprof.profiler.timemodel.machine import machine_rates
+    from attnprof.scenarios.plan import series
+
+    ok = {key_of_record(r): r for r in read_records(folder) if r.get("status") == "ok"}
+    if not ok:
+        return []
+    target = timelines_folder(folder)  # a planted link there: refused, one line
+    rates, paths = None, []
+    for point in (p for s in series(sc) for p in s if p.key() in ok):
+        record = ok[point.key()]
+        gpu = by_device_name(record.get("device_name") or "") if record.get("device") == "cuda" else None
+        if gpu is None and rates is None:
+            rates = machine_rates(measure=False)
+        paths += write_point(target, point, gpu=gpu, rates=None if gpu is not None else rates)
+    log(f"timelines: {len(paths)} predicted file(s) in {target}")
+    return paths
+
+
 @checked
 def compare_timelines(predicted: PathLike, real: PathLike):
     """A predicted memory snapshot beside a real one (``profiler.timeline.snapshot_diff``):

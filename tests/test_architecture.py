@@ -117,7 +117,7 @@ LAYERS = (
     ("L7b", {"reports"}),
     ("L8a", {"arguments"}),
     ("L8b", {"api"}),
-    ("L9a", {"cli_options"}),  # the CLI's shared flags, built from scenarios/fields.py
+    ("L9a", {"cli_options", "cli_exits"}),  # the CLI's shared flags (from scenarios/fields.py); how commands end
     ("L9b", {"cli"}),
     ("L9c", {"__main__"}),
 )

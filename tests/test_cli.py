@@ -74,7 +74,9 @@ def test_the_flags_predict_and_sweep_share_are_defined_once():
     group = typer.main.get_command(app)
     predict, sweep = (group.commands[name] for name in ("predict", "sweep"))
     sweep_params = {p.name: p for p in sweep.params}
-    shared = [p for p in predict.params if p.name in sweep_params and p.name not in ("help",)]
+    # --timeline means the same in both (write the predicted timelines); predict names the folder,
+    # a sweep writes them into its run folder (RUN/timelines, beside the real snapshots)
+    shared = [p for p in predict.params if p.name in sweep_params and p.name not in ("help", "timeline")]
     assert len(shared) >= 15
     for p in shared:
         q = sweep_params[p.name]
@@ -279,6 +281,7 @@ def test_quick_exit_only_from_the_console_and_only_for_quick_commands(monkeypatc
     """In-process callers (tests, notebooks) get SystemExit as before; the console entry
     point flushes and ends at once for predict and calibrate only."""
     import attnprof.cli as cli
+    import attnprof.cli_exits as exits
 
     ended = []
 
@@ -286,7 +289,7 @@ def test_quick_exit_only_from_the_console_and_only_for_quick_commands(monkeypatc
         ended.append(code)
         raise SystemExit(code)
 
-    monkeypatch.setattr(cli.os, "_exit", fake_exit)
+    monkeypatch.setattr(exits.os, "_exit", fake_exit)
     with pytest.raises(SystemExit) as leave:
         cli.main(["predict", "--budget", "lots"])
     assert leave.value.code == 2 and ended == []

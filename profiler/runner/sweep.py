@@ -76,7 +76,7 @@ class SweepSettings:
     time_gpu: str = ""  # the GPU table key of the CUDA device the points run on
     test_hook: str = field(default_factory=lambda: os.environ.get("ATTNPROF_TEST_HOOK", ""))
     # --- issue 25: real memory snapshots (sweep --timeline; gpumeasure/memory_history.py) ---
-    timeline: bool = False  # each CUDA point's allocator history into RUN/timelines/NAME.real.memory.pickle
+    timeline: bool = False  # CUDA: each point's allocator history into RUN/timelines/NAME.real.memory.pickle
     timeline_dir: str = ""  # set by run_sweep (RUN/timelines, checked), read by the workers
 
     def __post_init__(self):
@@ -109,16 +109,11 @@ class SweepSettings:
         self._check_timeline()
 
     def _check_timeline(self) -> None:
-        """--timeline records the CUDA allocator's own history: a CUDA device, this machine."""
-        if not self.timeline:
-            return
-        if self.executor == "ray":
+        """--timeline: the predicted timelines of every point (api/timelines.py), and on a CUDA
+        device each point's real snapshot, written by its worker on this machine."""
+        if self.timeline and self.executor == "ray":
             raise SweepError("--timeline writes each point's real memory snapshot into the run folder, which a "
                              "Ray worker on another node cannot reach; use --executor local")
-        if not str(self.device).startswith("cuda"):
-            raise SweepError(f"--timeline records the CUDA allocator's real memory snapshot and needs --device cuda "
-                             f"(this sweep runs on {self.device}); for a predicted timeline of any point: "
-                             f"attnprof predict ... --timeline DIR")
 
     def for_child(self) -> dict:
         return dict(self.__dict__)

@@ -150,10 +150,10 @@ def test_the_depth_composition_is_exact(fake_path_only, label, mode):
     assert figures(fast) == figures(account(point, fake=True, count_flops=True))
 
 
-@pytest.mark.xfail(strict=True, reason="compose.py lists other storages among equal-sized ones at the peak of a "
-                   "reversible stack whose hidden tensors are as small as its (B, n, d) ones; the same with "
-                   "ff_mult=1 or 2 and the default options, before issue 24 (peak and breakdown are exact)")
 def test_the_composed_largest_storages_at_a_reversible_peak_with_a_narrow_mlp(fake_path_only):
+    """A reversible stack whose hidden tensors are as small as its (B, n, d) ones: among the
+    equal-sized storages at the peak the composition lists the ones the full run holds (it
+    listed already-freed ones before compose's tie fix)."""
     point = Point("sdpa", "reversible", "model", Shape(batch=2, seq_len=256, d_model=32, heads=4, layers=7, ffn_dim=48))
     fast, slow_run = predict(point), account(point, fake=True, count_flops=True)
     assert (fast.peak_bytes, fast.breakdown_bytes) == (slow_run.peak_bytes, slow_run.breakdown_bytes)

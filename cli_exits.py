@@ -1,0 +1,61 @@
+"""How every command of the command line ends: its exit code, one ``error: ...`` line for a
+user mistake (never a traceback), "interrupted" for Ctrl-C and SIGTERM (128 + the signal),
+and the quick exit of short commands run from the console (``cli.main``)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from typing import NoReturn
+
+import typer
+from typer.core import TyperGroup
+
+from attnprof.errors import UserError
+
+EXIT_USAGE, EXIT_INTERRUPTED = 2, 130  # and 1: the gate found a regression (its own code)
+TERMINATED: list = []  # the signal that ended a command, when it was not Ctrl-C
+
+
+def terminate(signum, frame) -> None:
+    """SIGTERM as Ctrl-C: KeyboardInterrupt in the main thread, so every command cleans up
+    (forked workers killed, temp files gone) and says "interrupted"; exit 128+15. A sweep
+    installs its own handlers while it runs (runner/interrupts.py)."""
+    TERMINATED.append(int(signum))
+    raise KeyboardInterrupt
+
+
+def one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+class Commands(TyperGroup):
+    """Every command runs inside this group: a UserError from anywhere below (flags,
+    files, the library) ends as ``error: ...`` and its exit code (2, the UserError
+    default; 1 for a run folder that cannot be written); Ctrl-C as exit 130."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except UserError as exc:
+            typer.echo(f"error: {one_line(exc)}", err=True)
+            raise typer.Exit(getattr(exc, "exit_code", EXIT_USAGE)) from None
+        except KeyboardInterrupt:
+            typer.echo("interrupted", err=True)
+            raise typer.Exit(128 + (TERMINATED[-1] if TERMINATED else signal.SIGINT)) from None
+
+
+QUICK_EXIT = frozenset({"predict", "calibrate"})
+
+
+def leave(code: int, args: list, console: bool) -> NoReturn:
+    if console and args and args[0] in QUICK_EXIT:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):  # a closed pipe (| head): nothing more to say
+                pass
+        os._exit(code)
+    sys.exit(code)
