@@ -272,12 +272,16 @@ def report(run_dir: Annotated[Path, typer.Argument(
                "--baseline", help="what to compare against: another run folder")] = None,
            seconds: Annotated[float, typer.Option(
                "--seconds", help="time for capacity predictions the run lacks; 0 = none")] = REPORT_SECONDS,
-           gpu: GpuOpt = None, gpu_file: GpuFileOpt = None, no_cache: NoCacheOpt = False):
+           gpu: GpuOpt = None, gpu_file: GpuFileOpt = None, no_cache: NoCacheOpt = False,
+           timeline_point: Annotated[Optional[List[str]], typer.Option(
+               "--timeline-point", help="also chart this point's predicted memory over a step, by its label as the "
+                                        "chart and the gate print it, e.g. 'sdpa plain n=1024' (repeatable)")] = None):
     """Render a self-contained HTML report with PNG charts from a run folder."""
     from attnprof import api
 
     path = api.report(run_dir, output=output, baseline=baseline, seconds=seconds, gpus=gpu, gpu_files=gpu_file or (),
-                      no_cache=no_cache, log=lambda line: typer.echo(line, err=True))
+                      no_cache=no_cache, log=lambda line: typer.echo(line, err=True),
+                      timeline_points=timeline_point or ())
     typer.echo(f"report: {path}")
 
 

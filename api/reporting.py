@@ -18,7 +18,8 @@ from attnprof.scenarios.scenario import load_scenario
 @checked
 def report(run_dir: PathLike, *, output: Optional[PathLike] = None, baseline: Optional[PathLike] = None,
            seconds: float = REPORT_SECONDS, gpus: Union[str, Sequence[str], None] = None,
-           gpu_files: Sequence[PathLike] = (), no_cache: bool = False, log: Log = quiet) -> Path:
+           gpu_files: Sequence[PathLike] = (), no_cache: bool = False, log: Log = quiet,
+           timeline_points: Union[str, Sequence[str]] = ()) -> Path:
     """Write the self-contained HTML report of a run folder (default ``RUN_DIR/report.html``)
     with PNG charts beside it, optionally against a ``baseline`` run folder; return its
     path. ``seconds``: time for capacity predictions the run lacks (0 = none). ``gpus``
@@ -26,7 +27,10 @@ def report(run_dir: PathLike, *, output: Optional[PathLike] = None, baseline: Op
     memory model, instead of the generic budgets; ``gpu_files``: more GPUs (TOML).
     ``no_cache``: its predictions neither read nor write the persistent prediction cache.
     ``log`` gets one warning line for invalid records left out (the page notes them too)
-    and for a render cache with invalid entries (ignored and rewritten)."""
+    and for a render cache with invalid entries (ignored and rewritten).
+    ``timeline_points``: point labels (``"sdpa plain n=1024"``, as the memory-over-a-step
+    chart and the gate print them, or a series label + mode + ``n=N``) whose predicted
+    memory over a step the report also draws; an unknown one is a one-line error."""
     from attnprof.profiler.predict import cache
 
     specs = named_gpus(gpus, gpu_files)  # unknown names fail before any work
@@ -34,16 +38,17 @@ def report(run_dir: PathLike, *, output: Optional[PathLike] = None, baseline: Op
         raise UsageProblem(f"--seconds must not be negative, got {seconds}")
     with cache.disabled() if no_cache else contextlib.nullcontext():
         cache.check_folder()
-        return render(Path(run_dir), output, baseline, seconds, specs, log)
+        names = [timeline_points] if isinstance(timeline_points, str) else list(timeline_points)
+        return render(Path(run_dir), output, baseline, seconds, specs, log, timeline_points=names)
 
 
 def render(run_dir: Path, output: Optional[PathLike], baseline: Optional[PathLike], seconds: float,
-            gpus: Sequence = (), log: Log = quiet) -> Path:
+            gpus: Sequence = (), log: Log = quiet, timeline_points: Sequence[str] = ()) -> Path:
     from attnprof.reports.render import render_report
 
     return render_report(Path(run_dir), Path(output) if output is not None else None,
                          Path(baseline) if baseline is not None else None, seconds=seconds, gpus=list(gpus),
-                         warn=log)
+                         warn=log, timeline_points=list(timeline_points))
 
 
 # --- gate -------------------------------------------------------------------------------------

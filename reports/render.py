@@ -16,6 +16,7 @@ from attnprof.reports.data import ReportError, Run, devices, load, multi_device,
 from attnprof.reports.diff import compare, diff_table
 from attnprof.reports.render_cache import CHARTS
 from attnprof.reports.scaling import slopes
+from attnprof.reports.timeline_points import named
 from attnprof.profiler.units import GIB, REPORT_SECONDS, fmt_bytes
 
 __all__ = ["ReportError", "render_report"]
@@ -25,13 +26,17 @@ FINISH_RESERVE_S = 1.0
 
 
 def render_report(run_dir: Path, output: Path | None = None, baseline: Path | None = None, *,
-                  seconds: float = REPORT_SECONDS, gpus: list | None = None, warn: Callable[[str], None] | None = None) -> Path:
+                  seconds: float = REPORT_SECONDS, gpus: list | None = None, warn: Callable[[str], None] | None = None,
+                  timeline_points=()) -> Path:
     """Write the report of ``run_dir`` (default ``RUN_DIR/report.html``) and its PNGs beside
     it (``<stem>-memory.png``, ...); return the HTML path. ``seconds`` is a soft target for
     the whole render: predict() calls for the capacity chart get what is left of it (one
     call may overrun it by a few seconds); 0 turns them off, a minute verifies most runs.
     ``gpus`` (``profiler.hardware.gpus.GpuSpec``s): "what fits where" and the capacity chart
     are per named GPU, by the GPU memory model, instead of per generic budget.
+    ``timeline_points``: labels of points (reports/timeline_points.py) whose memory over a
+    step the timeline chart draws besides the longest ok point of each variant; that chart
+    has a budget of its own (``TIMELINE_SECONDS``), not what the capacity phase leaves.
 
     Invalid records are left out and said so: one line to ``warn`` and a note on the page.
     Nothing is written through a link planted in the run folder (``safeio``): the page,
@@ -45,12 +50,13 @@ def render_report(run_dir: Path, output: Path | None = None, baseline: Path | No
     if output.is_dir():
         raise ReportError(f"output {output} is a folder; give a file name such as report.html")
     _refuse_links(run, output)
+    named(run.frame, timeline_points)  # an unknown label: one line, before any work
     notes = [skipped_note(r.skipped, role) for r, role in ((run, "run"), (base, "baseline")) if r and r.skipped]
     for note in notes:
         warn(f"warning: {note}")
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
-        images, cap = _draw(run, output, start, seconds, gpus or [], warn)
+        images, cap = _draw(run, output, start, seconds, gpus or [], warn, timeline_points)
         sections = _sections(run, cap, base, images)
         html = page.document(f"attnprof report: {_run_name(run)}", _meta(run, base) + notes, sections)
         safeio.write_atomic(output, html.encode("utf-8"))
@@ -71,9 +77,10 @@ def _refuse_links(run: Run, output: Path) -> None:
         safeio.refuse_link(path.with_name(path.name + ".tmp"))
 
 
-def _draw(run: Run, output: Path, start: float, seconds: float, gpus: list, warn) -> tuple[dict, Capacity]:
+def _draw(run: Run, output: Path, start: float, seconds: float, gpus: list, warn, names=()) -> tuple[dict, Capacity]:
     """Save each chart as a PNG beside the page (name -> its bytes, for those drawn); the
-    capacity predictions get the time left after the other charts."""
+    capacity predictions get the time left after the other charts, the timeline chart its
+    own budget (its points are few, and each is costed before it runs)."""
     frame, drawn = run.frame, {}
     for name, draw in (("memory", charts.memory_chart), ("time", charts.time_chart), ("savings", charts.savings_chart),
                        (TIME_ACCURACY, charts.time_accuracy_chart)):
@@ -81,19 +88,20 @@ def _draw(run: Run, output: Path, start: float, seconds: float, gpus: list, warn
     left = max(0.0, seconds - (time.monotonic() - start) - FINISH_RESERVE_S)
     cap = capacity(frame, run.path, seconds=left, budgets=_budgets(run), gpus=gpus, warn=warn)
     _save(charts.capacity_chart(frame, cap), output, "capacity", drawn)
-    _save(_timeline(frame, seconds - (time.monotonic() - start) - FINISH_RESERVE_S, drawn, warn), output, TIMELINE,
-          drawn)
+    _save(_timeline(frame, seconds, drawn, warn, names), output, TIMELINE, drawn)
     return drawn, cap
 
 
-def _timeline(frame, left: float, drawn: dict, warn):
-    """The memory-over-a-step chart (reports/timeline_chart.py) in the time left; its note
-    (what was left out) kept in ``drawn`` beside the images."""
+def _timeline(frame, seconds: float, drawn: dict, warn, names=()):
+    """The memory-over-a-step chart (reports/timeline_chart.py); its note (which points it
+    drew, which it left out and why) kept in ``drawn`` beside the images."""
     from attnprof.profiler.timemodel.machine import machine_rates
     from attnprof.reports.timeline_chart import timeline_chart
 
-    fig, note = timeline_chart(frame, left, rates=machine_rates(measure=False) if left > 0 else None, warn=warn)
-    if note:
+    timed = seconds > 0 or bool(names)
+    fig, note = timeline_chart(frame, seconds, rates=machine_rates(measure=False) if timed else None, warn=warn,
+                               names=names)
+    if note and timed:  # seconds 0 and nothing named: predictions off, no section
         drawn[TIMELINE_NOTE] = note
     return fig
 
@@ -258,8 +266,9 @@ TIME_ACCURACY = CHARTS[3]  # the chart's name: report-time-accuracy.png
 TIMELINE = CHARTS[5]  # report-timeline.png: the memory over a step (its own section)
 TIMELINE_NOTE = "timeline-note"  # drawn's entry for what the timeline chart left out
 TIMELINE_CAPTION = ("Predicted live memory over one training step (fake tensors: the tensor tracker's allocations and "
-                    "frees, each at its op's time by the time model), stacked by category, for the longest ok point of "
-                    "each built-in variant; the peak marked with the op that reached it; phases shaded. A model, "
+                    "frees, each at its op's time by the time model), stacked by category, for the points named with "
+                    "--timeline-point LABEL and the longest ok point of each built-in variant (as its own budget "
+                    "allows; the note below names what it drew and left out); the peak marked with the op that reached it; phases shaded. A model, "
                     "never measured: `attnprof predict ... --timeline DIR` writes it as a PyTorch memory snapshot and "
                     "a Chrome trace (docs/timelines.md).")
 NO_TIME_MODEL = ("No point has a predicted step time (the time model, docs/time-model.md: records from before "
@@ -311,9 +320,11 @@ def _time_model(frame, images: dict) -> list[page.Section]:
 
 
 def _memory_over_a_step(images: dict) -> list[page.Section]:
-    if TIMELINE not in images:
+    """The chart with the note of what it drew and left out; the note alone when it drew
+    nothing but left points out (never a silent absence); no section at ``seconds`` 0."""
+    if TIMELINE not in images and not images.get(TIMELINE_NOTE):
         return []
-    html = [page.image(images[TIMELINE], "memory over a step chart", TIMELINE_CAPTION)]
+    html = [page.image(images[TIMELINE], "memory over a step chart", TIMELINE_CAPTION)] if TIMELINE in images else []
     if images.get(TIMELINE_NOTE):
         html.append(page.paragraph(images[TIMELINE_NOTE], "note"))
     return [page.Section("timeline", "Memory over a step (predicted)", "\n".join(html))]

@@ -4,8 +4,9 @@ each event at its op's modelled time), stacked by category, the peak marked with
 forward / backward (and any other pass) shaded.
 
 Predicted, never measured: it re-runs the point under fake tensors (built-in variants
-only: a report never imports code a results file names), so it is drawn only when the
-render has time for predictions, one variant after another until the time is spent.
+only: a report never imports code a results file names). Which points, and the chart's own
+budget, are reports/timeline_points.py's: the named ones always, the others while their
+predicted cost fits, each one left out named on the page with its reason.
 """
 
 from __future__ import annotations
@@ -16,9 +17,8 @@ from typing import Optional
 import pandas as pd
 from matplotlib.figure import Figure
 
-from attnprof.profiler.units import fmt_bytes, mpl_text
-from attnprof.reports.builtins import is_builtin
-from attnprof.reports.capacity import point_maker
+from attnprof.profiler.units import fmt_bytes, mpl_text, printable
+from attnprof.reports.timeline_points import TIMELINE_SECONDS, Costs, cost_units, longest, named
 
 PANEL_W, PANEL_H = 9.0, 2.6  # inches per variant
 PHASE_SHADES = {"forward": "#e8f0fa", "backward": "#fbeee6"}  # others: light grey
@@ -27,19 +27,8 @@ CATEGORY_ORDER = ("parameters", "inputs", "gradients", "activations", "temporari
 
 def longest_points(frame: pd.DataFrame) -> list:
     """(variant, Point) of the longest ok point of each built-in variant (plain mode first
-    among equals), in the frame's order of variants."""
-    if frame.empty or "status" not in frame:
-        return []
-    ok = frame[frame["status"] == "ok"]
-    out = []
-    for variant in dict.fromkeys(ok["variant"].astype(str)):
-        if not is_builtin(variant):
-            continue
-        rows = ok[ok["variant"].astype(str) == variant]
-        rows = rows.assign(_plain=rows["mode"] != "plain").sort_values(["seq_len", "_plain"], ascending=[False, True])
-        best = rows.iloc[[0]]
-        out.append((variant, point_maker(best)(int(best.iloc[0]["seq_len"]))))
-    return out
+    among equals), in the frame's order of variants (timeline_points.longest)."""
+    return [(c.point.variant, c.point) for c in longest(frame)]
 
 
 def curves(timeline) -> dict:
@@ -72,12 +61,12 @@ def _phases(timeline) -> list:
 
 
 def draw(timelines: list) -> Optional[Figure]:
-    """One panel per (variant, Timeline); None when there is none."""
+    """One panel per (label, Timeline), titled by the label; None when there is none."""
     if not timelines:
         return None
     fig = Figure(figsize=(PANEL_W, PANEL_H * len(timelines)), layout="constrained")
     axes = fig.subplots(len(timelines), 1, squeeze=False)[:, 0]
-    for ax, (variant, t) in zip(axes, timelines):
+    for ax, (label, t) in zip(axes, timelines):
         data = curves(t)
         for name, start, end in _phases(t):
             ax.axvspan(start, end, color=PHASE_SHADES.get(name, "#f0f0f0"), zorder=0)
@@ -95,7 +84,7 @@ def draw(timelines: list) -> Optional[Figure]:
             ax.annotate(mpl_text(f"peak {fmt_bytes(totals[i])} at {op}"), (data["x"][i], totals[i] / 2**20),
                         xytext=(6, -12), textcoords="offset points", fontsize=7, zorder=4)
         unit = "ms (time model)" if t.steps.timed else "ops (no time model: 1 us each)"
-        ax.set_title(mpl_text(f"{variant} {t.point.mode} n={t.point.shape.seq_len}"), fontsize=9, loc="left")
+        ax.set_title(mpl_text(label), fontsize=9, loc="left")
         ax.set_xlabel(unit, fontsize=8)
         ax.set_ylabel("live MiB (predicted)", fontsize=8)
         ax.tick_params(labelsize=7)
@@ -103,22 +92,55 @@ def draw(timelines: list) -> Optional[Figure]:
     return fig
 
 
-def timeline_chart(frame: pd.DataFrame, seconds: float, rates=None, warn=lambda line: None) -> tuple:
-    """(Figure or None, note): the chart of the longest ok point of each variant, as many as
-    ``seconds`` allow (0: none)."""
+def timeline_chart(frame: pd.DataFrame, seconds: float, rates=None, warn=lambda line: None,
+                   names=(), budget_s: float = TIMELINE_SECONDS) -> tuple:
+    """(Figure or None, note): the chart of the points the user ``names`` (always drawn) and
+    of the longest ok point of each variant within ``budget_s`` of their own, each skipped
+    when its predicted trace cost would not fit what is left; ``seconds`` 0 (a render with
+    predictions off) draws the named ones only. The note says which points were drawn and
+    which skipped, and why; '' when there was nothing to draw."""
+    asked = named(frame, names)  # TimelinePointError (one line) before any work
+    if seconds <= 0 and not asked:
+        return None, "not drawn: the render had no time for predictions"
+    drawn, skipped, costs = [], [], Costs()
+    for c in asked:
+        _trace(c, rates, costs, drawn, skipped, warn)
+    auto = [c for c in longest(frame) if c.label not in {a.label for a in asked}]
+    if seconds <= 0:
+        skipped += [(c.label, "the render had no time for predictions (seconds 0)") for c in auto]
+    else:
+        for c in auto:
+            left, estimate = budget_s - costs.auto_s, costs.estimate_s(c.point)
+            if estimate > left:
+                skipped.append((c.label, f"its trace would take about {estimate:.1f} s ({cost_units(c.point):g} "
+                                         f"layer-equivalents), more than the {max(0.0, left):.1f} s left of the "
+                                         f"chart's {budget_s:g} s budget; name it with --timeline-point to draw it"))
+                continue
+            _trace(c, rates, costs, drawn, skipped, warn, auto=True)
+    return draw([(c.label, t) for c, t in drawn]), _note(drawn, skipped)
+
+
+def _trace(c, rates, costs, drawn: list, skipped: list, warn, auto: bool = False) -> None:
     from attnprof.profiler.timeline.build import point_timeline
 
-    if seconds <= 0:
-        return None, "not drawn: the render had no time for predictions"
-    start, done, skipped = time.monotonic(), [], []
-    for variant, point in longest_points(frame):
-        if time.monotonic() - start > seconds:
-            skipped.append(variant)
-            continue
-        try:
-            done.append((variant, point_timeline(point, rates=rates)))
-        except Exception as exc:  # a point the fake run cannot take: said, never a failed report
-            warn(f"warning: no memory timeline for {mpl_text(variant)}: {type(exc).__name__}")
-            skipped.append(variant)
-    note = f"left out for time: {', '.join(skipped)}" if skipped else ""
-    return draw(done), note
+    start = time.monotonic()
+    try:
+        drawn.append((c, point_timeline(c.point, rates=rates)))
+    except Exception as exc:  # a point the fake run cannot take: said, never a failed report
+        warn(f"warning: no memory timeline for {printable(c.label)}: {type(exc).__name__}")
+        skipped.append((c.label, f"its fake-tensor run failed ({type(exc).__name__})"))
+    spent = time.monotonic() - start
+    costs.saw(c.point, spent)
+    if auto:
+        costs.auto_s += spent
+
+
+def _note(drawn: list, skipped: list) -> str:
+    if not drawn and not skipped:
+        return ""
+    parts = []
+    if drawn:
+        parts.append("Drawn: " + "; ".join(f"{c.label} ({c.why})" for c, _ in drawn) + ".")
+    if skipped:
+        parts.append("Not drawn: " + "; ".join(f"{label}: {why}" for label, why in skipped) + ".")
+    return " ".join(parts)

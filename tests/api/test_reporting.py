@@ -35,3 +35,19 @@ def test_gate_returns_its_exit_code_and_lines(tmp_path):
     assert json.loads((tmp_path / "gate.json").read_text())
     broken = api.gate(tmp_path / "missing", baseline=baseline)
     assert broken.exit_code == 2 and broken.lines[0].startswith("error: ")
+
+
+def test_report_draws_a_named_timeline_point_and_refuses_a_wrong_type(tmp_path):
+    from attnprof.profiler.records import PointRecord
+    from attnprof.profiler.runner.storage import append_record
+
+    run = tmp_path / "run"
+    run.mkdir()
+    append_record(run, PointRecord(variant="sdpa", mode="plain", scope="model", seq_len=64, batch=1, d_model=32,
+                                   heads=2, head_dim=16, layers=1, dtype="float32", status="ok",
+                                   predicted_peak_bytes=1 << 20, measured_peak_bytes=1 << 20))
+    path = api.report(run, seconds=0, timeline_points="sdpa plain n=64")  # one label: that one
+    assert "sdpa plain n=64 (named)" in path.read_text(encoding="utf-8")
+    assert (run / "report-timeline.png").exists()
+    with pytest.raises(UserError):
+        api.report(run, seconds=0, timeline_points=3)

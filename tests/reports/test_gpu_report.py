@@ -249,7 +249,8 @@ def test_hostile_strings_in_a_gpu_file_are_text_in_the_page(tmp_path):
     text = render_report(run_folder(tmp_path), seconds=30, gpus=specs).read_text(encoding="utf-8")
     page = Page(text)
     assert "script" not in page.tags and all(not k.startswith("on") for k, _ in page.attrs)
-    assert page.tags.count("img") == 2  # the memory and capacity charts (no times here); nothing else
+    # the memory, capacity and memory-over-a-step charts (no times here; the last has a budget of its own)
+    assert page.tags.count("img") == 3 and 'id="timeline"' in text
     shown = "".join(page.text)
     assert name in shown and GPU_MODEL in shown
 

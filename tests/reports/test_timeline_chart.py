@@ -2,7 +2,7 @@
 its predicted live bytes stacked by category, peaking at the prediction."""
 
 import pytest
-from conftest import synthetic_record, write_run
+from conftest import CI_VARIANTS, synthetic_record, write_run
 
 from attnprof.profiler.predict.fake_run import predict
 from attnprof.reports.data import load
@@ -45,3 +45,15 @@ def test_the_report_has_the_section_when_it_has_time(tmp_path):
     assert (run / "report-timeline.png").exists()
     assert "<script" not in html
     assert 'id="timeline"' not in render_report(run, seconds=0).read_text(encoding="utf-8")
+
+
+@pytest.mark.slow
+def test_a_default_render_of_a_ci_run_draws_the_chart_for_every_variant(ci_run):
+    """Its own budget: not only what the capacity phase leaves of the default render time."""
+    html = render_report(ci_run).read_text(encoding="utf-8")
+    section = html[html.index('id="timeline"'):html.index('id="scaling"')]
+    assert "<img" in section and (ci_run / "report-timeline.png").stat().st_size > 0
+    assert "Not drawn" not in section
+    for variant in CI_VARIANTS:
+        assert f"(longest ok point of {variant})" in section, variant
+    assert "full checkpoint n=1024 (longest ok point of full)" in section  # full plain n=1024 ran out of memory
