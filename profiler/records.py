@@ -325,6 +325,10 @@ class PointRecord:
     # None when that machine could not be calibrated or its device has no model
     predicted_time_fwd_ms: Optional[float] = None
     predicted_time_bwd_ms: Optional[float] = None
+    # --- issue 24: peak split --- the op whose output reached the predicted peak, and its pass
+    # ("forward" | "backward" | "step"); "" when unknown (a registered tensor reached it, or an old record)
+    predicted_peak_op: str = ""
+    predicted_peak_pass: str = ""
     # --- memory pass ---
     measured_peak_bytes: Optional[int] = None  # CPU: exact tensor peak; GPU: allocator max allocated
     measured_by: str = ""  # "tensor-tracker" | "cuda-allocator"

@@ -9,11 +9,12 @@ from typing import Callable
 from pathlib import Path
 
 from attnprof.profiler import safeio
-from attnprof.reports import charts, page, tables, time_accuracy
+from attnprof.reports import charts, page, peak_table, tables, time_accuracy
 from attnprof.reports.page import esc
 from attnprof.reports.capacity import BUDGETS_GIB, CACHE_FILE, GPU_CACHE_FILE, GPU_MODEL, Capacity, capacity
 from attnprof.reports.data import ReportError, Run, devices, load, multi_device, one_line, panels, skipped_note
 from attnprof.reports.diff import compare, diff_table
+from attnprof.reports.peak_table import peak_split_table
 from attnprof.reports.render_cache import CHARTS
 from attnprof.reports.scaling import slopes
 from attnprof.reports.timeline_points import named
@@ -174,6 +175,10 @@ def _sections(run: Run, cap: Capacity, base: Run | None, images: dict) -> list[p
                    f"<h3>{esc(panel)}: forward + backward time</h3>", _scroll(tables.pivot(frame, panel, "time"))]
     pivots.append(page.paragraph("Italic: predicted, not measured. Failed points show their status.", "note"))
     sections.append(page.Section("tables", "Variant × length", "\n".join(pivots)))
+    split = peak_split_table(frame)  # --- issue 24: peak split --- where any record has a breakdown
+    if split:
+        sections.append(page.Section("peak-split", "What holds the peak",
+                                     _scroll(split) + page.paragraph(peak_table.NOTE, "note")))
     if base is not None:
         sections.append(page.Section("baseline", "Against the baseline", _against(run, base)))
     sections.append(page.Section("points", "Every point", _scroll(tables.points_table(frame))))

@@ -31,6 +31,8 @@ class Accounting:
     method: str = "exact"  # every layer ran; or "composed from L=a" (see predict)
     op_costs: list = field(default_factory=list)  # [pass, op, flops, bytes read, bytes written, count] (prediction)
     cached: bool = False  # read back from the persistent prediction cache
+    peak_op: str = ""  # issue 24: the op whose output reached the peak ("" unknown: e.g. registered tensors)
+    peak_pass: str = ""  # issue 24: its pass, "forward" | "backward" | "step" ("" unknown)
 
 
 def account(point: Point, *, fake: bool, device: str = "cpu", count_flops: bool = False, seed: int = 0) -> Accounting:
@@ -62,7 +64,7 @@ def account(point: Point, *, fake: bool, device: str = "cpu", count_flops: bool 
             flops_bwd = total - flops_fwd
         report = tracker.report()
     return Accounting(report.peak_bytes, report.breakdown_bytes, report.largest_at_peak, flops_fwd, flops_bwd,
-                      (time.perf_counter() - start) * 1e3)
+                      (time.perf_counter() - start) * 1e3, peak_op=report.peak_op, peak_pass=report.peak_pass)
 
 
 def measure_cpu(point: Point) -> Accounting:

@@ -28,7 +28,7 @@ import torch
 
 from attnprof.profiler.measure.fakemode import light_dynamo
 from attnprof.profiler.measure.flops import REGISTRY
-from attnprof.profiler.measure.tracker import OP, MemoryTracker, tensors_in
+from attnprof.profiler.measure.tracker import LM_HEAD_LOSS, OP, MemoryTracker, tensors_in
 from attnprof.profiler.records import Point
 
 PASSES = ("param", "fwd", "bwd", "step")  # step: the optimizer's (issue 24), after backward
@@ -54,14 +54,20 @@ def drive(work, tracker: MemoryTracker, *, track_parameters: Optional[Callable[[
     else:
         track_parameters()
     tracker.track([*work.inputs, work.dout], "inputs")  # dout: the upstream gradient, None if forward-only
-    phase("forward")
+    work.lm_scope = lambda on: setattr(tracker, "scope_kind", LM_HEAD_LOSS if on else None)  # issue 24: peak split
+
+    def enter(name: str) -> None:
+        tracker.phase = name  # issue 24: the pass the peak is reached in
+        phase(name)
+
+    enter("forward")
     result = work.forward()  # the output (scope attention) or the loss (scope model)
     if not work.point.forward_only:
-        phase("backward")
+        enter("backward")
         work.backward(result)
         tracker.mark_gradients(work.grads())
         if getattr(work, "optimizer", None) is not None:  # --- issue 24: optimizer ---
-            phase("step")
+            enter("step")
             step_pass(work, tracker)
     del result
 
@@ -262,6 +268,8 @@ class Traced:
     # issue 24: the parameters the optimizer step updated, per period when marked (one group otherwise):
     # each (shape, stride, dtype, its gradient's (shape, stride) or None), as ``trace_step`` takes them
     step_params: list = field(default_factory=list)
+    peak_op: str = ""  # issue 24: the op whose output reached the peak, and its pass (MemoryReport's)
+    peak_pass: str = ""
 
     def op_rows(self) -> list:
         """Every op of the run in order, one row each: (trace position, pass, op, flops,
@@ -336,7 +344,7 @@ def trace_point(point: Point, *, marks: bool = False, count_flops: bool = True, 
     return Traced(point, report.peak_bytes, report.breakdown_bytes, report.largest_at_peak, tracer.trace[:end],
                   tracer.flops, tracer.reads, backward_at[0] if backward_at else end, categories, origins,
                   marker.periods if marker is not None and marker.ok else 0, (time.perf_counter() - start) * 1e3,
-                  tracer.io, step_params)
+                  tracer.io, step_params, report.peak_op, report.peak_pass)
 
 
 def _layouts(groups: list) -> list:

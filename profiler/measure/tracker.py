@@ -39,6 +39,14 @@ _TO_COPY = torch.ops.aten._to_copy.default
 OPTIMIZER_CATEGORIES = ("optimizer_state", "optimizer_temporaries")
 CATEGORIES = CATEGORIES + OPTIMIZER_CATEGORIES
 BASE_CATEGORIES = CATEGORIES[:5]
+# --- issue 24: peak split ---
+# What the LM head and the loss allocate (``scope_kind``: set over the head + loss forward, and over
+# backward from its start until the final norm's output has its gradient, the chunked recompute of
+# --loss-chunks included; profiler/measure/workload.py). Precedence: a category a storage is given
+# outright (parameters, inputs, gradients, autocast copies, optimizer states: ``_kind``) wins over the
+# scope's, and the scope's over "activations" (the head's saved-for-backward tensors stay lm_head_loss).
+LM_HEAD_LOSS = "lm_head_loss"
+CATEGORIES = CATEGORIES + (LM_HEAD_LOSS,)
 
 
 def breakdown_of(by: dict) -> dict:
@@ -86,6 +94,8 @@ class MemoryReport:
     end_bytes: int  # live at exit
     breakdown_bytes: dict = field(default_factory=dict)  # category -> bytes at the peak
     largest_at_peak: list = field(default_factory=list)  # [{op, shape, dtype, category, bytes}], biggest first
+    peak_op: str = ""  # issue 24: the op whose output reached the peak ("" if none: registered tensors)
+    peak_pass: str = ""  # issue 24: the pass it ran in: "forward" | "backward" | "step" ("" unknown)
 
     def to_dict(self) -> dict:
         return {"peak_bytes": self.peak_bytes, "end_bytes": self.end_bytes,
@@ -132,7 +142,8 @@ class MemoryTracker(TorchDispatchMode):
     parameter cast to another dtype, saved or not: what torch.autocast casts and caches);
     with an optimizer (issue 24) ``optimizer_state``
     (registered with ``track``) and ``optimizer_temporaries`` (allocated while ``new_kind``
-    names it: the step).
+    names it: the step); with a vocabulary (issue 24) ``lm_head_loss`` (allocated while
+    ``scope_kind`` names it: the LM head and loss, see LM_HEAD_LOSS).
     """
 
     def __init__(self, trace: bool = False):
@@ -152,6 +163,13 @@ class MemoryTracker(TorchDispatchMode):
         self._watch: dict[int, weakref.ref] = {}  # serial -> a weak reference to its live storage
         self.trace: Optional[list] = [] if trace else None  # the event sequence, when asked for
         self.new_kind: Optional[str] = None  # the category of every storage allocated while set (issue 24)
+        # --- issue 24: peak split --- a weaker category while set (LM_HEAD_LOSS), and the op and pass
+        # (``phase``, set by drive) that made the storage reaching the peak ("" when none did: registered)
+        self.scope_kind: Optional[str] = None
+        self._scoped: dict[int, str] = {}  # serial -> scope_kind when it was allocated
+        self.phase = ""
+        self.peak_op = ""
+        self.peak_pass = ""
 
     # --- storage bookkeeping ---------------------------------------------------------
     def _serial_of(self, t: torch.Tensor) -> int:
@@ -169,6 +187,8 @@ class MemoryTracker(TorchDispatchMode):
         self._origin[serial] = (op, tuple(t.shape), _dtype_name(t.dtype))
         if self.new_kind is not None and op:
             self._kind[serial] = self.new_kind
+        if self.scope_kind is not None and op:
+            self._scoped[serial] = self.scope_kind
         self._live[key] = (serial, nbytes)
         if self.trace is not None:
             self.trace.append((ALLOC, serial, nbytes, op))
@@ -180,6 +200,7 @@ class MemoryTracker(TorchDispatchMode):
         if self.current_bytes > self.peak_bytes:
             self.peak_bytes = self.current_bytes
             self._at_peak = True
+            self.peak_op, self.peak_pass = op, self.phase if op else ""
 
     def _snapshot_if_at_peak(self) -> None:
         """Between a new peak and the next free only allocations happen, and each of them
@@ -232,6 +253,7 @@ class MemoryTracker(TorchDispatchMode):
     def reset_peak(self) -> None:
         self.peak_bytes = self.current_bytes
         self._at_peak = True
+        self.peak_op = self.peak_pass = ""
 
     # --- dispatch ----------------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -293,7 +315,7 @@ class MemoryTracker(TorchDispatchMode):
         return dict(self._origin)
 
     def _category(self, serial: int) -> str:
-        kind = self._kind.get(serial)
+        kind = self._kind.get(serial) or self._scoped.get(serial)
         if kind is None:
             kind = "activations" if serial in self._saved else "temporaries"
         return kind
@@ -318,4 +340,5 @@ class MemoryTracker(TorchDispatchMode):
         return out
 
     def report(self) -> MemoryReport:
-        return MemoryReport(self.peak_bytes, self.current_bytes, self.breakdown_at_peak(), self.largest_at_peak())
+        return MemoryReport(self.peak_bytes, self.current_bytes, self.breakdown_at_peak(), self.largest_at_peak(),
+                            self.peak_op, self.peak_pass)

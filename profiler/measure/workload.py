@@ -123,6 +123,7 @@ class Workload:
 
     def __init__(self, point: Point, device: str | torch.device = "cpu", *, impl_device: str = ""):
         self.point = point
+        self.lm_scope = lambda on: None  # issue 24: peak split; drive sets it to name the head's storages
         self.spec = spec = spec_of(point)  # the point's parsed variant (parsed here only for a hand-built point)
         shape = point.shape
         spec.check_shape(shape.seq_len, shape.heads, shape.head_dim)
@@ -139,7 +140,7 @@ class Workload:
             if shape.vocab:  # issue 24: lm. Token ids in, the LM loss out (no dout)
                 ids, self.targets = token_batch(b, n, shape.vocab, device)  # each (B, n) int64
                 self.inputs = [ids, self.targets]
-                self._run = lambda: self.module.lm.loss(self.module(ids), self.targets)  # a scalar
+                self._run = lambda: self._lm_loss(self.module(ids))  # a scalar
                 out_shape = None
             else:
                 x = torch.randn(b, n, d, device=device, dtype=dtype, requires_grad=grad)  # (B, n, d)
@@ -187,7 +188,26 @@ class Workload:
         return out
 
     def backward(self, result: torch.Tensor) -> None:
-        result.backward(self.dout if self.point.scope == "attention" else None)
+        if self.point.shape.vocab:  # issue 24: peak split. Backward starts in the loss and the head
+            self.lm_scope(True)  # (until the final norm's output has its gradient: ``_lm_loss``)
+        try:
+            result.backward(self.dout if self.point.scope == "attention" else None)
+        finally:
+            self.lm_scope(False)
+
+    # --- issue 24: peak split ---
+    def _lm_loss(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The LM head and loss of the final norm's output ``hidden`` (B, n, d), inside
+        ``lm_scope``: in the forward, and (a gradient hook on ``hidden``, which allocates
+        nothing) in backward until the head has handed its gradient to the stack, the
+        recompute of chunked losses included."""
+        if hidden.requires_grad and torch.is_grad_enabled():
+            hidden.register_hook(lambda grad: self.lm_scope(False))
+        self.lm_scope(True)
+        try:
+            return self.module.lm.loss(hidden, self.targets)
+        finally:
+            self.lm_scope(False)
 
     def grads(self) -> list[torch.Tensor]:
         return [t.grad for t in self.params + self.inputs if t.grad is not None]

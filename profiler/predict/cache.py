@@ -38,7 +38,8 @@ from attnprof.profiler.measure.cache_folder import ENV, cache_dir, trusted, writ
 from attnprof.profiler.records import Point
 
 SCHEMA = 2  # bump when the entry's layout or meaning changes
-FIELDS = ("peak_bytes", "breakdown_bytes", "largest_at_peak", "flops_fwd", "flops_bwd", "method", "op_costs")
+FIELDS = ("peak_bytes", "breakdown_bytes", "largest_at_peak", "flops_fwd", "flops_bwd", "method", "op_costs",
+          "peak_op", "peak_pass")  # issue 24: peak split
 _PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the attnprof package (the repository root)
 _NOT_SOURCE = {"tests", "scripts", "docs", "runs", "build", "dist"}
 

@@ -312,7 +312,8 @@ class Composition:
         t = self.traced
         got = self.figures(self.periods)
         want = (t.peak_bytes, t.breakdown_bytes, t.largest_at_peak, t.flops_fwd, t.flops_bwd)
-        if got != want or self.op_costs(self.periods) != t.op_costs():
+        if (got != want or self.op_costs(self.periods) != t.op_costs()
+                or self.peak_op(self.periods) != (t.peak_op, t.peak_pass)):
             raise NotComposable("composing the traced depth does not reproduce its own figures")
 
     # --- the composed stack ---------------------------------------------------------------
@@ -347,6 +348,28 @@ class Composition:
         largest = self._largest(instances, k, at, after=after) if at is not None else []
         fwd = sum(v for p, v in flops.items() if p != "bwd")
         return peak, breakdown, largest, fwd, flops.get("bwd", 0)
+
+    def peak_op(self, k: int) -> tuple:
+        """(the op whose output reaches the peak, its pass "forward" | "backward" | "step") of a
+        stack of k periods, found as ``figures`` finds the peak (the first strictly higher
+        level); ("", "") where a registered tensor reaches it (issue 24: peak split)."""
+        base, peak, where = 0, 0, None
+        for tag in self.instances(k):
+            s = self.summaries[self.template(tag, k)]
+            if s.top is not None and base + s.top > peak:
+                peak, where = base + s.top, (tag, s.top_at)
+            base += s.net
+        step = self.step_at(k)
+        if step is not None and step.top is not None and base + step.top > peak:
+            origin = step.live_at_top[-1][2] if step.live_at_top else None
+            op = (origin or ("",))[0]
+            return op, "step" if op else ""
+        if where is None:
+            return "", ""
+        tag, at = where
+        run = self.runs[self.template(tag, k)]
+        op = (run.allocs[run.events[at][1]][2] or ("",))[0]
+        return op, {"fwd": "forward", "bwd": "backward"}.get(tag[0], "") if op else ""
 
     def op_costs(self, k: int) -> list:
         """Every op of a stack of k periods, counted (``op_costs_rows``), pass by pass."""

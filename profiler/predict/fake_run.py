@@ -115,17 +115,19 @@ def _predict(point: Point) -> Accounting:
         try:
             composition = Composition.of(traced)
             peak, breakdown, largest, fwd, bwd = composition.figures(layers // period)
+            peak_op, peak_pass = composition.peak_op(layers // period)
         except NotComposable as exc:
             note = f"; not composed from L={traced_layers}: {exc}"
         else:
             return Accounting(peak, breakdown, largest, fwd, bwd, method=f"composed from L={traced_layers}",
-                              op_costs=composition.op_costs(layers // period))
+                              op_costs=composition.op_costs(layers // period), peak_op=peak_op, peak_pass=peak_pass)
     return _accounting(trace_point(point), "exact" + note)
 
 
 def _accounting(traced, method: str) -> Accounting:
     return Accounting(traced.peak_bytes, traced.breakdown_bytes, traced.largest_at_peak, traced.flops_fwd,
-                      traced.flops_bwd, method=method, op_costs=traced.op_costs())
+                      traced.flops_bwd, method=method, op_costs=traced.op_costs(), peak_op=traced.peak_op,
+                      peak_pass=traced.peak_pass)
 
 
 def _layer_period(point: Point) -> int:

@@ -17,6 +17,7 @@ from typing import Optional
 from attnprof.profiler.forks import usable_cores
 from attnprof.profiler.measure.workload import kv_repeat, scope_note
 from attnprof.profiler.predict.fake_run import predict
+from attnprof.profiler.predict import peak_split
 from attnprof.profiler.predict.pool import run_chains, spread
 from attnprof.profiler.predict.search import bracket, longest_index
 from attnprof.scenarios.plan import series, shape_at, shape_problem
@@ -42,6 +43,7 @@ def prediction_record(point: Point, rates=None) -> dict:
     acc = predict(point)
     return {**record, "predicted_peak_bytes": acc.peak_bytes, "predicted_breakdown_bytes": acc.breakdown_bytes,
             "largest_at_peak": acc.largest_at_peak,
+            "predicted_peak_op": acc.peak_op, "predicted_peak_pass": acc.peak_pass,  # issue 24: peak split
             "flops_fwd": acc.flops_fwd, "flops_bwd": acc.flops_bwd, "flops": acc.flops_fwd + acc.flops_bwd,
             **time_fields(point, acc.op_costs, rates),
             "prediction_method": acc.method, "prediction_cached": acc.cached, "predict_ms": round(acc.wall_ms, 1)}
@@ -235,6 +237,29 @@ def _with_copies(rows: list[dict], lines: list) -> list:
 _OPTIMIZER_COLUMNS = {"optimizer_state": "opt_state", "optimizer_temporaries": "opt_temps"}  # category -> column
 
 
+# --- issue 24: peak split ---
+def peak_op_text(record: dict) -> str:
+    """The op holding a record's predicted peak and its pass, as one cell (peak_split.py)."""
+    return peak_split.peak_op_text(record.get("predicted_peak_op"), record.get("predicted_peak_pass"))
+
+
+def _with_peak_split(rows: list[dict], lines: list) -> list:
+    """``lines`` with an "lm head/loss" column after "temporaries" where any row's breakdown has
+    the LM head's and loss's bytes, and a last "peak op" column (the op holding the peak, its pass)."""
+    out = [row[:] for row in lines]
+    if any((r.get("predicted_breakdown_bytes") or {}).get("lm_head_loss") for r in rows):
+        at = out[0].index("temporaries") + 1
+        cells = ["lm head/loss"] + [fmt_bytes((r.get("predicted_breakdown_bytes") or {}).get("lm_head_loss", 0))
+                                    if r["status"] == "ok" else "-" for r in rows]
+        out = [row[:at] + [cell] + row[at:] for row, cell in zip(out, cells)]
+    head, body = out[0], out[1:]
+    width = len(head)
+    head = head + ["peak op"]
+    body = [row[:width] + [peak_op_text(r) if r["status"] == "ok" else "-"] + row[width:]
+            for row, r in zip(body, rows)]
+    return [head, *body]
+
+
 def format_table(rows: list[dict], budget_bytes: int | None = None) -> str:
     """A plain-text table: one line per record."""
     head = ["variant", "mode", "seq_len", "batch", "peak", "params", "grads", "activations", "temporaries", "FLOPs"]
@@ -262,8 +287,9 @@ def format_table(rows: list[dict], budget_bytes: int | None = None) -> str:
                       fmt_bytes(br["activations"]), fmt_bytes(br["temporaries"]), *extra, fmt_flops(r["flops"])])
     if budget_bytes is None:  # --- issue 24: precision --- the parameters' autocast copies, where there are any
         lines = _with_copies(rows, lines)
+        lines = _with_peak_split(rows, lines)  # --- issue 24: peak split ---
     lines = [[printable(cell) for cell in row] for row in lines]  # labels and reasons: one line each
-    widths = [max(len(row[i]) for row in lines if i < len(row)) for i in range(len(head))]
+    widths = [max(len(row[i]) for row in lines if i < len(row)) for i in range(len(lines[0]))]  # every column
     text = ["  ".join(cell.ljust(widths[i]) if i < len(widths) else cell for i, cell in enumerate(row)).rstrip()
             for row in lines]
     title = "predicted peak (fake tensors, exact tensor accounting); params column includes inputs"

@@ -152,6 +152,7 @@ def _skipped(point: Point, settings: SweepSettings, reason: str, status: str = "
             record.reason += f"; no prediction either: {one_line(exc)}"
             return record
         record.predicted_peak_bytes, record.predicted_breakdown_bytes = acc.peak_bytes, acc.breakdown_bytes
+        record.predicted_peak_op, record.predicted_peak_pass = acc.peak_op, acc.peak_pass  # issue 24: peak split
         record.flops_fwd, record.flops_bwd = acc.flops_fwd, acc.flops_bwd
         add_time_fields(record, point, acc.op_costs, settings.for_child())
     return record

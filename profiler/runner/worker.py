@@ -116,6 +116,7 @@ def measure_point(point: Point, settings: dict) -> PointRecord:
         pred = predict(point)
         record.predicted_peak_bytes = pred.peak_bytes
         record.predicted_breakdown_bytes = pred.breakdown_bytes
+        record.predicted_peak_op, record.predicted_peak_pass = pred.peak_op, pred.peak_pass  # issue 24: peak split
         record.flops_fwd, record.flops_bwd = pred.flops_fwd, pred.flops_bwd
         add_time_fields(record, point, pred.op_costs, settings)
         limit = memory_limit(settings)
