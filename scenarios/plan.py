@@ -5,7 +5,7 @@ which the prediction, the workload and the cache key reuse."""
 
 from __future__ import annotations
 
-from attnprof.profiler.records import DTYPE_BYTES, MODES, NO_MODE, PRECISIONS, SCOPES, Point, Shape
+from attnprof.profiler.records import DTYPE_BYTES, IDENTITY_DEFAULTS, MODES, NO_MODE, PRECISIONS, SCOPES, Point, Shape
 from attnprof.profiler.units import INT64_MAX
 from attnprof.scenarios.variants.registry import VariantSpec, parse_variants, spec_of
 from attnprof.scenarios.scenario import Scenario
@@ -36,33 +36,19 @@ def shape_at(scenario: Scenario, seq_len: int) -> Shape:
         raise PlanError(f"sequence length must be positive, got {seq_len}")
     shape = Shape(batch=scenario.batch_for(seq_len), seq_len=seq_len, d_model=scenario.d_model,
                   heads=scenario.heads, layers=scenario.layers, dtype=scenario.dtype, ff_chunks=scenario.ff_chunks,
-                  **block_options(scenario), **precision_fields(scenario), **_optimizer_fields(scenario),
-                  **lm_fields(scenario), **attention_fields(scenario))
+                  **later_fields(scenario))
     check_addressable(shape)
     return shape
 
 
-# --- issue 24: block options ---
-def block_options(scenario: Scenario) -> dict:
-    """The Shape fields of the block's parts: its feed-forward, its width and its norms."""
-    return {"mlp": scenario.mlp, "ffn_dim": scenario.ffn_dim, "norm": scenario.norm}
-# --- issue 24: precision ---
-def precision_fields(scenario: Scenario) -> dict:
-    """The Shape fields --precision sets beyond --dtype: {"autocast": ...} for amp-*, else {}
-    (the pure choices are --dtype's: the Scenario checked that the two agree)."""
+def later_fields(scenario: Scenario) -> dict:
+    """The later Shape fields (records.later: the training-step options of issue 24) as the
+    scenario sets them: each one the Scenario carries under its own name, and ``autocast``,
+    which --precision sets beyond --dtype (amp-*: "bfloat16" | "float16"; the pure choices are
+    --dtype's, and the Scenario checked that the two agree)."""
+    out = {name: getattr(scenario, name) for name in IDENTITY_DEFAULTS if hasattr(scenario, name)}
     autocast = PRECISIONS[scenario.precision][1] if scenario.precision else ""
-    return {"autocast": autocast} if autocast else {}
-# --- issue 24: optimizer ---
-def _optimizer_fields(scenario: Scenario) -> dict:
-    return {"optimizer": scenario.optimizer, "optimizer_impl": scenario.optimizer_impl}
-# --- issue 24: lm ---
-def lm_fields(scenario: Scenario) -> dict:
-    """The language model's Shape fields (scenarios/stack/lm_head.py)."""
-    return {"vocab": scenario.vocab, "tie_embeddings": scenario.tie_embeddings, "loss_chunks": scenario.loss_chunks}
-# --- issue 24: attention ---
-def attention_fields(scenario: Scenario) -> dict:
-    """The Shape fields of the attention options (grouped KV heads, RoPE)."""
-    return {"kv_heads": scenario.kv_heads, "rope": scenario.rope}
+    return {**out, "autocast": autocast} if autocast else out
 
 
 def check_attention_options(spec: VariantSpec, shape: Shape) -> None:
