@@ -33,6 +33,9 @@ from attnprof.profiler.records import Point
 
 PASSES = ("param", "fwd", "bwd", "step")  # step: the optimizer's (issue 24), after backward
 PROLOGUE = -1  # the period number of what a pass does before its first period (once in any stack)
+# issue 24: where the forward's autocast region ends (its weight cache cleared: the casts of every
+# period's parameters that nothing saved are freed at once; compose.py's epilogue)
+EPILOGUE = -2
 MARK_LABEL = "attnprof.period"  # label[0] of the period marks this module puts into the trace
 
 
@@ -107,6 +110,7 @@ class Tracer(MemoryTracker):
         self.flops: dict[int, int] = {}  # trace position of an op's OP event -> its FLOPs
         self.reads: dict[int, tuple] = {}  # trace position of an op's OP event -> serials it read
         self.io: dict[int, tuple] = {}  # trace position of an op's OP event -> (bytes read, bytes written)
+        self.before_op: Optional[Callable] = None  # called with an op's args before it runs (Marks: the step)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func is _DEVICE:  # a fake tensor's .device (most of a fake run's dispatches): what
@@ -114,6 +118,8 @@ class Tracer(MemoryTracker):
             if fake_mode is not None:  # without passing through two more Python modes
                 return torch.device("meta") if fake_mode.in_kernel_invocation else args[0].fake_device
         kwargs = kwargs or {}
+        if self.before_op is not None:
+            self.before_op(args)
         at = len(self.trace)
         out, outputs = self.dispatch(func, args, kwargs)
         formula, is_view = _facts(func)
@@ -180,6 +186,7 @@ class Marks:
         self.periods = len(self.blocks) // period if self.ok else 0
         self.current = None  # the last mark's (pass, period)
         if self.ok:
+            work.leaving_autocast = lambda: self.mark("fwd", EPILOGUE) if self.phase == "fwd" else None
             for j, block in enumerate(self.blocks):
                 if j % period == 0:
                     self.handles.append(block.f.register_forward_pre_hook(self._entering(j // period)))
@@ -242,6 +249,44 @@ class Marks:
         self.phase = phase
         if self.ok:
             self.mark(phase, PROLOGUE)
+            if phase == "step":
+                self._mark_step()
+
+    # --- issue 24: the optimizer step, period by period ---
+    def _mark_step(self) -> None:
+        """A for-loop optimizer (torch's ``_single_tensor_*``: one parameter after another)
+        steps period after period: a mark before the first op that touches a period's first
+        parameter (itself, its gradient or a state), and the epilogue after the step, where
+        ``zero_grad`` frees every period's gradients. Not a foreach or fused step (a few ops
+        over every parameter at once: compose_step.py runs those alone), nor one behind a
+        GradScaler (its unscale reads every gradient in one op)."""
+        optimizer = getattr(self.work, "optimizer", None)
+        if (optimizer is None or getattr(self.work, "scaler", None) is not None
+                or any(g.get("foreach") or g.get("fused") for g in optimizer.param_groups)):
+            return
+        firsts: dict = {}  # storage -> the period whose first parameter it belongs to
+        for k, group in enumerate(self.groups()):
+            if group:
+                p = group[0]
+                for t in [p, p.grad, *self.work.states_of(p)]:
+                    if isinstance(t, torch.Tensor):
+                        firsts.setdefault(t.untyped_storage()._cdata, k)
+
+        def before_op(args):
+            for t in tensors_in(args):
+                k = firsts.get(t.untyped_storage()._cdata)
+                if k is not None:
+                    self.mark("step", k)
+                    return
+
+        def stepping(*_):
+            self.tracer.before_op = before_op
+
+        def stepped(*_):
+            self.tracer.before_op = None
+            self.mark("step", EPILOGUE)
+
+        self.handles += [optimizer.register_step_pre_hook(stepping), optimizer.register_step_post_hook(stepped)]
 
     def remove(self) -> None:
         for handle in self.handles:

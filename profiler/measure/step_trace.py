@@ -16,25 +16,27 @@ import torch
 from attnprof.profiler.measure.drive import Tracer, fake_mode, step_pass, track_model_states
 from attnprof.profiler.measure.fakemode import light_dynamo
 from attnprof.profiler.measure.optimizer import build, states
+from attnprof.profiler.measure.workload import Workload, mixed_precision
 from attnprof.profiler.records import Point
 
 
 class _StepOnly:
-    """Fake parameters, their gradients and the point's optimizer (primed), and nothing
-    else: what ``drive``'s step pass touches, as ``Workload`` offers it."""
+    """Fake parameters, their gradients, the point's optimizer (primed) and, for amp-fp16,
+    its GradScaler, and nothing else: what ``drive``'s step pass touches, as ``Workload``
+    offers it; ``update`` is ``Workload.update`` itself (the unscale, the step, the scale's
+    update, ``zero_grad``)."""
 
     def __init__(self, point: Point, layouts: list, impl_device: str):
         self.params = [torch.empty_strided(shape, stride, dtype=dtype, requires_grad=True)
                        for shape, stride, dtype, _ in layouts]
         self.optimizer = build(point, self.params, impl_device)
         self.states_of = lambda p: states(self.optimizer, p)
+        _, self.scaler = mixed_precision(point, torch.device(impl_device))
         for p, (_, _, dtype, grad) in zip(self.params, layouts):
             if grad is not None:
                 p.grad = torch.empty_strided(*grad, dtype=dtype)  # held by its parameter only: zero_grad frees it
 
-    def update(self) -> None:
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+    update = Workload.update
 
 
 def trace_step(point: Point, layouts: list, *, count_flops: bool = True, impl_device: str = "cpu",

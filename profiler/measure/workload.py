@@ -85,7 +85,7 @@ def _one_period(layers: nn.ModuleList, q, k, v) -> torch.Tensor:
 
 
 # --- issue 24: precision ---
-def _mixed_precision(point: Point, device: torch.device) -> tuple:
+def mixed_precision(point: Point, device: torch.device) -> tuple:
     """(a context for the forward, a GradScaler or None) of the point's ``Shape.autocast``.
 
     amp-*: ``torch.autocast(device_type, dtype)`` over the float32 parameters, as torch.amp
@@ -124,6 +124,7 @@ class Workload:
     def __init__(self, point: Point, device: str | torch.device = "cpu", *, impl_device: str = ""):
         self.point = point
         self.lm_scope = lambda on: None  # issue 24: peak split; drive sets it to name the head's storages
+        self.leaving_autocast = lambda: None  # issue 24: drive's marks set it (see _leaving)
         self.spec = spec = spec_of(point)  # the point's parsed variant (parsed here only for a hand-built point)
         shape = point.shape
         spec.check_shape(shape.seq_len, shape.heads, shape.head_dim)
@@ -166,7 +167,7 @@ class Workload:
         # d(loss)/d(out): a real tensor made before the forward (see the module docstring)
         self.dout = None if point.forward_only or out_shape is None else torch.randn(out_shape, device=device,
                                                                                        dtype=dtype)
-        self.autocast, self.scaler = _mixed_precision(point, device)  # --- issue 24: precision ---
+        self.autocast, self.scaler = mixed_precision(point, device)  # --- issue 24: precision ---
         if self.scaler is not None:  # its scale and growth tracker: state that exists before the step, counted
             self.inputs += [t for t in vars(self.scaler).values() if isinstance(t, torch.Tensor)]  # as inputs
         # --- issue 24: optimizer --- (its states primed: profiler/measure/optimizer.py; ``impl_device``:
@@ -178,14 +179,23 @@ class Workload:
         attention) or the scalar loss (scope model); the output under no_grad when forward-only."""
         if self.point.forward_only:
             with torch.no_grad(), self.autocast():
-                return self._run()
+                out = self._run()
+                self._leaving()
+            return out
         with self.autocast():  # issue 24: the forward and the loss under autocast, backward outside it
-            out = self._run()
+            out = result = self._run()
             if self.point.scope == "model":
                 # the loss; out is no longer needed once it exists (with a vocabulary, _run's LM loss)
                 loss = (out * self.dout).sum() if self.dout is not None else out
-                return loss if self.scaler is None else self.scaler.scale(loss)  # amp-fp16: the scaled loss
-        return out
+                result = loss if self.scaler is None else self.scaler.scale(loss)  # amp-fp16: the scaled loss
+            self._leaving()
+        return result
+
+    def _leaving(self) -> None:
+        """Just before the autocast region ends (issue 24): ``leaving_autocast``, which a traced
+        run's marks set (measure/drive.py: the forward's epilogue)."""
+        if self.point.shape.autocast:
+            self.leaving_autocast()
 
     def backward(self, result: torch.Tensor) -> None:
         if self.point.shape.vocab:  # issue 24: peak split. Backward starts in the loss and the head

@@ -7,12 +7,18 @@ deep (first, one middle, last) with the tracker's ordered event trace on, cuts t
 into *runs* at marks (a pass's prologue, then one run per period; passes: parameters,
 forward, backward), and builds the L-block event sequence from them (K = L/p periods):
 
-    param: pro [0] [1]x(K-2) [K-1]   fwd: pro [0] [1]x(K-2) [K-1]   bwd: pro [K-1] [1]x(K-2) [0]
+    param: pro [0] [1]x(K-2) [K-1]   fwd: pro [0] [1]x(K-2) [K-1] epi   bwd: pro [K-1] [1]x(K-2) [0]
+    step:  pro [0] [1]x(K-2) [K-1] epi   (issue 24: a for-loop optimizer, measure/drive.py)
 
 Every storage a run frees or reads is named relative to the run's period, so each copy
 of the middle frees and reads its own neighbours'. The peak, the breakdown at the peak,
 the largest storages then and the FLOPs follow from per-run summaries in O(K); the whole
 event sequence is there for who needs it (``Composition.events``).
+
+Epilogues (issue 24): the end of the forward's autocast region and the optimizer's
+``zero_grad`` free storages of every period at once, once after a pass's last period
+(compose_epilogue.py). A foreach or fused optimizer step is one op over every parameter:
+it is cut off and merged after the composed passes instead (compose_step.py).
 
 Why it is exact, and when it refuses. The composed sequence equals the L-block run's
 when what a period does depends only on its neighbours, and the runs that happen once
@@ -45,8 +51,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
-from attnprof.profiler.measure.drive import MARK_LABEL, PROLOGUE, Traced, count_into, op_costs_rows
+from attnprof.profiler.measure.drive import EPILOGUE, MARK_LABEL, PROLOGUE, Traced, count_into, op_costs_rows
 from attnprof.profiler.measure.tracker import ALLOC, FREE, MARK, OP, TensorInfo, breakdown_of
+from attnprof.profiler.predict.compose_epilogue import Epilogue, at_depth as epilogue_at_depth, freed_by_category, problem
 from attnprof.profiler.predict.compose_step import StepNotComposable, StepSummary, at_depth, summarise
 
 TRACED_PERIODS = 3  # first, one middle, last: the fewest that hold every kind of period
@@ -69,12 +76,15 @@ class _Run:
         return self.allocs[i]
 
 
-def _runs(traced: Traced) -> dict:
-    """(pass, period) -> _Run, references relative: ref = (pass, period offset, alloc index)."""
+def _runs(traced: Traced) -> tuple:
+    """({(pass, period) -> _Run}, {pass -> its Epilogue}), references relative:
+    ref = (pass, period offset, alloc index); an epilogue's absolute (pass, period, index)."""
     runs: list[_Run] = []
     home: dict[int, tuple[int, int]] = {}  # serial -> (run index, alloc index)
     seen = set()
     current = None
+    epilogue = None  # while its events come: the Epilogue
+    found: dict = {}
 
     def ref(serial):
         if serial is None:
@@ -93,6 +103,12 @@ def _runs(traced: Traced) -> dict:
             current.events.append(("O", None, None, traced.flops[at], (), (0, 0)))
         if kind == MARK and isinstance(event[1], tuple) and event[1][:1] == (MARK_LABEL,):
             tag = tuple(event[1][1:])
+            epilogue = None
+            if tag[1] == EPILOGUE:
+                if current is None or tag[0] in found or current.tag[0] != tag[0]:
+                    raise NotComposable(f"an epilogue {tag} not after a run of its pass")
+                epilogue = found[tag[0]] = Epilogue(current.tag)
+                continue
             if current is None or tag != current.tag:
                 if tag in seen:
                     raise NotComposable(f"run {tag} comes back after another run")
@@ -102,6 +118,15 @@ def _runs(traced: Traced) -> dict:
             continue
         if current is None:
             raise NotComposable("events before the first mark")
+        if epilogue is not None:
+            if kind == FREE and event[1] in home and at not in traced.flops:
+                r, i = home[event[1]]
+                epilogue.events.append(("F", (*runs[r].tag, i)))
+            elif kind == OP and event[2] is None and at not in traced.flops and not any(traced.io.get(at, ())):
+                epilogue.events.append(("O", event[1]))  # a profiler mark (record_function): costs nothing
+            else:
+                raise NotComposable(f"the epilogue after {epilogue.after} does more than free storages")
+            continue
         if kind == ALLOC:
             serial, nbytes = event[1], event[2]
             home[serial] = (len(runs) - 1, len(current.allocs))
@@ -122,7 +147,7 @@ def _runs(traced: Traced) -> dict:
         raise NotComposable("FLOPs after the last event")
     for run in runs:
         run.free_at = {event[1]: e for e, event in enumerate(run.events) if event[0] == "F"}
-    return {run.tag: run for run in runs}
+    return {run.tag: run for run in runs}, found
 
 
 def _encode_info(info, ref):
@@ -182,13 +207,16 @@ class Composition:
     shape: dict = field(default_factory=dict)  # pass -> (has a prologue, periods ascending)
     summaries: dict = field(default_factory=dict)  # (pass, period) -> _Summary
     step: Optional[StepSummary] = None  # the optimizer step at the traced depth (compose_step.py), if any
+    epilogues: dict = field(default_factory=dict)  # pass -> its Epilogue (issue 24: autocast's, the step's)
+    _epilogue_frees: dict = field(default_factory=dict, repr=False)  # pass -> what its epilogue frees, as traced
 
     @classmethod
     def of(cls, traced: Traced) -> "Composition":
         if traced.periods != TRACED_PERIODS:
             raise NotComposable(f"traced {traced.periods} periods, need {TRACED_PERIODS}")
-        cut, step = _split_step(traced)
-        runs = _runs(cut)
+        marked_step = (MARK, (MARK_LABEL, "step", 0)) in traced.trace  # a for-loop step: periods (drive.py)
+        cut, step = (traced, None) if marked_step else _split_step(traced)
+        runs, epilogues = _runs(cut)
         k = traced.periods
         passes = tuple(dict.fromkeys(tag[0] for tag in runs))
         shape = {}  # pass -> (has a prologue, periods ascending)
@@ -199,7 +227,10 @@ class Composition:
             if periods not in (list(range(k)), list(reversed(range(k)))):
                 raise NotComposable(f"pass {p} runs through periods {periods}, not 0..{k - 1} in one direction")
             shape[p] = (prologue, periods[0] == 0)
-        comp = cls(traced, runs, passes, k, shape, step=step)
+        for epilogue in epilogues.values():
+            if epilogue.after[1] != k - 1 or not shape[epilogue.after[0]][1]:
+                raise NotComposable(f"an epilogue after {epilogue.after}, not after its pass's last period")
+        comp = cls(traced, runs, passes, k, shape, step=step, epilogues=epilogues)
         if list(runs) != comp.instances(k):
             raise NotComposable(f"runs in the order {list(runs)}, not pass after pass")
         comp._check()
@@ -283,8 +314,29 @@ class Composition:
                     if at_edge != in_middle:
                         raise NotComposable(f"runs {(p, edge)} and {mid.tag} free different storages of "
                                             f"their neighbours in pass {q}")
+        self._check_epilogue()
         self.summaries = {tag: self.summarise(run) for tag, run in self.runs.items()}
         self._check_identity()
+
+    def _check_epilogue(self) -> None:
+        """Each epilogue composes as a loop over every period (compose_epilogue.problem)."""
+        self._epilogue_frees = {p: epilogue.frees for p, epilogue in self.epilogues.items()}
+        for frees in self._epilogue_frees.values():
+            why = problem(frees, self.runs, self.periods)
+            if why:
+                raise NotComposable(why)
+
+    def epilogue_events(self, pass_: str, k: int) -> list:
+        """A pass's epilogue in a k-period stack (compose_epilogue.at_depth); [] if none."""
+        epilogue = self.epilogues.get(pass_)
+        return [] if epilogue is None else epilogue_at_depth(epilogue, k, self.periods)
+
+    def _epilogue_nets(self, k: int) -> dict:
+        """(pass, k - 1), the run an epilogue follows in a k-period stack -> its bytes freed by category."""
+        def allocs_of(q, c):
+            return self.runs[(q, self.tau(c, k))].allocs
+
+        return {(p, k - 1): freed_by_category(self.epilogue_events(p, k), allocs_of) for p in self.epilogues}
 
     def summarise(self, run: _Run) -> _Summary:
         s = _Summary()
@@ -330,6 +382,7 @@ class Composition:
         instances = self.instances(k)
         base, by, peak, at, peak_by = 0, {}, 0, None, {}
         flops = {p: 0 for p in self.passes}
+        epilogues = self._epilogue_nets(k)
         for r, tag in enumerate(instances):
             s = self.summaries[self.template(tag, k)]
             if s.top is not None and base + s.top > peak:
@@ -338,6 +391,9 @@ class Composition:
             base += s.net
             by = _plus(by, s.net_by)
             flops[tag[0]] += s.flops
+            if tag in epilogues:  # it only frees: no new peak
+                base += sum(epilogues[tag].values())
+                by = _plus(by, epilogues[tag])
         step, after = self.step_at(k), ()
         if step is not None:  # after the composed backward: its end level, plus the step's top
             flops["bwd"] = flops.get("bwd", 0) + step.flops  # timed with the backward (records: time_bwd_ms)
@@ -346,19 +402,20 @@ class Composition:
                 at, after = (len(instances) - 1, len(self.runs[self.template(instances[-1], k)].events)), step.live_at_top
         breakdown = breakdown_of(peak_by)
         largest = self._largest(instances, k, at, after=after) if at is not None else []
-        fwd = sum(v for p, v in flops.items() if p != "bwd")
-        return peak, breakdown, largest, fwd, flops.get("bwd", 0)
+        fwd = sum(v for p, v in flops.items() if p not in ("bwd", "step"))
+        return peak, breakdown, largest, fwd, flops.get("bwd", 0) + flops.get("step", 0)  # the step timed with bwd
 
     def peak_op(self, k: int) -> tuple:
         """(the op whose output reaches the peak, its pass "forward" | "backward" | "step") of a
         stack of k periods, found as ``figures`` finds the peak (the first strictly higher
         level); ("", "") where a registered tensor reaches it (issue 24: peak split)."""
         base, peak, where = 0, 0, None
+        epilogues = self._epilogue_nets(k)
         for tag in self.instances(k):
             s = self.summaries[self.template(tag, k)]
             if s.top is not None and base + s.top > peak:
                 peak, where = base + s.top, (tag, s.top_at)
-            base += s.net
+            base += s.net + sum(epilogues.get(tag, {}).values())
         step = self.step_at(k)
         if step is not None and step.top is not None and base + step.top > peak:
             origin = step.live_at_top[-1][2] if step.live_at_top else None
@@ -369,13 +426,13 @@ class Composition:
         tag, at = where
         run = self.runs[self.template(tag, k)]
         op = (run.allocs[run.events[at][1]][2] or ("",))[0]
-        return op, {"fwd": "forward", "bwd": "backward"}.get(tag[0], "") if op else ""
+        return op, {"fwd": "forward", "bwd": "backward", "step": "step"}.get(tag[0], "") if op else ""
 
     def op_costs(self, k: int) -> list:
         """Every op of a stack of k periods, counted (``op_costs_rows``), pass by pass."""
         costs: dict = {}
         for tag in self.instances(k):
-            pass_ = "bwd" if tag[0] == "bwd" else "fwd"
+            pass_ = "bwd" if tag[0] in ("bwd", "step") else "fwd"  # the step is timed with the backward
             for key, n in self.summaries[self.template(tag, k)].costs.items():
                 count_into(costs, (pass_, *key), n)
         step = self.step_at(k)
@@ -423,6 +480,9 @@ class Composition:
     def _freed_before(self, tag: tuple, i: int, k: int, index: dict, at: tuple) -> bool:
         """Whether storage i of run ``tag`` (composed) is freed before position ``at``."""
         c, traced = tag[1], self.tau(tag[1], k)
+        for p, frees in self._epilogue_frees.items():
+            if (tag[0], traced, i) in frees and (p, k - 1) in index and (index[(p, k - 1)], float("inf")) < at:
+                return True
         for p in self.passes:
             for c_f in {c - 1, c, c + 1, PROLOGUE, 0, k - 1}:
                 freeing = (p, c_f)
@@ -468,6 +528,9 @@ class Composition:
                         flops[len(out) - 1] = flops.get(len(out) - 1, 0) + event[3]
                 else:
                     out.append((MARK, event[1]))
+            if tag[1] == k - 1 and tag[0] in self.epilogues:
+                out += [(FREE, offsets[ref[:2]] + ref[2] + 1) if kind == "F" else (OP, ref, None)
+                        for kind, ref in self.epilogue_events(tag[0], k)]
         return out, flops
 
 

@@ -9,6 +9,13 @@ parameters of the full-depth layouts (period 0's, the middle period's K-2 times,
 period's with the final norm's: the order ``Module.parameters()`` gives), in a few foreach
 ops or one loop per parameter, and memoised (a sweep over lengths pays once).
 
+A for-loop step (torch's ``_single_tensor_*``: one parameter after another) is not run
+here: ~12 fake ops per parameter at full depth would cost what the composition saves. The
+traced run marks it period by period instead (measure/drive.py, ``Marks._mark_step``), and
+compose.py composes it as one more pass ("step"), its ``zero_grad`` that pass's epilogue.
+Only a for-loop step behind a GradScaler (amp-fp16: the unscale reads every gradient in
+one op) comes here.
+
 ``StepSummary`` is what the merge needs of it, read the same way from the traced run's own
 step pass (the identity check at the traced depth) and from the standalone one: its highest
 point above its start (reached at an allocation), the category deltas then, its own storages

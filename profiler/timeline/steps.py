@@ -58,9 +58,9 @@ class Steps:
 
     def module_path(self, run: tuple) -> str:
         """'blocks.3' for period 3 of a one-layer period, 'blocks.4-5' for a two-layer one;
-        '' before the blocks or without marks."""
+        '' before the blocks, after them (a pass's epilogue) or without marks."""
         k = run[1]
-        if k is None or k == PROLOGUE:
+        if k is None or k < 0:  # PROLOGUE, EPILOGUE
             return ""
         if self.period == 1:
             return f"blocks.{k}"

@@ -61,6 +61,33 @@ def test_each_implementation_runs_what_it_says():
     assert sgd.param_groups[0]["momentum"] == SGD_MOMENTUM
 
 
+@pytest.mark.parametrize("optimizer", ["adamw", "sgd"])
+def test_a_forloop_optimizer_primed_by_foreach_holds_the_states_its_own_first_step_makes(optimizer):
+    """measure/optimizer.prime takes a for-loop optimizer's first step with foreach (a few
+    list ops instead of ~12 per parameter): the states must be the ones a for-loop first step
+    makes, every one in the same shape, stride, dtype and device, in the same order."""
+    from attnprof.profiler.measure.optimizer import prime, states
+
+    def layouts(opt, params):
+        return [[(tuple(t.shape), t.stride(), t.dtype, t.device) for t in states(opt, p)] for p in params]
+
+    torch.manual_seed(0)
+    params = [torch.randn(3, 5, requires_grad=True), torch.randn(5, requires_grad=True),
+              torch.randn(4, 6).t().requires_grad_()]  # a transposed leaf: strides kept?
+    make = {"adamw": lambda ps: torch.optim.AdamW(ps, foreach=False),
+            "sgd": lambda ps: torch.optim.SGD(ps, lr=1e-3, momentum=SGD_MOMENTUM, foreach=False)}[optimizer]
+    primed = make(params)
+    prime(primed, params)
+    assert primed.param_groups[0]["foreach"] is False  # still a for-loop optimizer
+    assert all(p.grad is None for p in params)  # prime dropped its gradients
+    own = make(params)
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    own.step()  # the for-loop first step itself
+    assert layouts(primed, params) == layouts(own, params)
+    assert all(len(primed.state[p]) == len(own.state[p]) > 0 for p in params)
+
+
 @pytest.mark.parametrize("impl", IMPLS)
 def test_adamw_holds_16_bytes_per_parameter_at_the_step(impl):
     point = weights_point("adamw", impl)

@@ -86,3 +86,54 @@ def test_a_step_that_frees_an_older_storage_before_its_top_is_refused():
 
 def test_full_depth_repeats_the_middle_period():
     assert full_depth([["a"], ["b"], ["c", "n"]], 5) == ["a", "b", "b", "b", "c", "n"]
+
+
+# --- a for-loop step, marked period by period (measure/drive.py: Marks._mark_step) ---------
+@pytest.mark.parametrize("optimizer", ["adamw", "sgd"])
+@pytest.mark.parametrize("mode", ["plain", "reversible"])
+def test_a_forloop_step_composes_as_a_pass_of_its_own(optimizer, mode):
+    from attnprof.profiler.measure.drive import trace_point
+    from attnprof.profiler.predict.compose import Composition
+
+    comp = Composition.of(trace_point(point(3, optimizer, "forloop", mode), marks=True))
+    assert comp.passes[-1] == "step" and comp.step is None  # periods, not a step run alone
+    assert "step" in comp.epilogues  # zero_grad: every period's gradients at once
+    for layers in (4, 7):
+        for n in (8, 64):  # the peak at the step; in backward
+            p = point(layers, optimizer, "forloop", mode, n)
+            fast = predict(p)
+            assert fast.method == "composed from L=3"
+            slow = account(p, fake=True, count_flops=True)
+            assert figures(fast) + (fast.peak_op, fast.peak_pass) == figures(slow) + (slow.peak_op, slow.peak_pass)
+
+
+def test_a_forloop_step_composes_to_the_full_runs_events_and_op_costs():
+    from attnprof.profiler.measure.drive import trace_point
+    from attnprof.profiler.predict.compose import Composition
+
+    full = trace_point(point(6, "adamw", "forloop"))
+    comp = Composition.of(trace_point(point(3, "adamw", "forloop"), marks=True))
+    events, flops = comp.events(6)
+    assert events == full.trace
+    assert comp.op_costs(6) == full.op_costs()
+    assert (comp.peak_op(6) == (full.peak_op, full.peak_pass))
+
+
+def test_a_forloop_step_behind_a_grad_scaler_is_run_alone():
+    """amp-fp16: GradScaler's unscale reads every gradient in one op, so the step is not
+    marked by periods; the step run alone at full depth (compose_step.at_depth) merges it."""
+    from attnprof.profiler.measure.drive import trace_point
+    from attnprof.profiler.predict.compose import Composition
+
+    p = Point("sdpa", "plain", "model", Shape(batch=1, seq_len=16, d_model=32, heads=2, layers=3, optimizer="adamw",
+                                              optimizer_impl="forloop", autocast="float16"))
+    comp = Composition.of(trace_point(p, marks=True))
+    assert "step" not in comp.passes and comp.step is not None
+    deep = replace_layers(p, 5)
+    assert figures(predict(deep)) == figures(account(deep, fake=True, count_flops=True))
+
+
+def replace_layers(p: Point, layers: int) -> Point:
+    from dataclasses import replace
+
+    return replace(p, shape=replace(p.shape, layers=layers))
