@@ -69,6 +69,24 @@ def refuse_link(path: Path, opened: bool = False) -> None:
         raise _refuse(path, f"a hard link ({info.st_nlink} names for one file)")
 
 
+def make_folder(folder: Path, *, parents: bool = False) -> Path:
+    """``folder``, created if absent (with its parents when ``parents``); LinkRefused when it
+    is a symbolic link or anything but a folder (files written into a planted link to a
+    folder would land outside the run), UnwritablePath when it cannot be made, in one line."""
+    folder = Path(folder)
+    refuse_link(folder)
+    try:
+        (folder.mkdir(parents=True, exist_ok=True) if parents else os.mkdir(folder, 0o755))
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise UnwritablePath(f"cannot make the folder {_short(folder)}: {exc.strerror or exc}") from None
+    info = os.lstat(folder)
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        raise _refuse(folder, "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a folder")
+    return folder
+
+
 def write_atomic(path: Path, data: bytes, *, mode: int = 0o644, durable: bool = False) -> None:
     """Replace ``path`` with ``data`` all at once: a reader sees the old file or the new one.
 

@@ -22,9 +22,7 @@ snapshot and its prediction share a name up to the suffix.
 
 from __future__ import annotations
 
-import os
 import pickle
-import stat
 from pathlib import Path
 from typing import Optional
 
@@ -48,17 +46,7 @@ def real_snapshot_path(folder: Path, name: str) -> Path:
 def timelines_folder(run_dir: Path) -> Path:
     """``RUN/timelines``, created if absent; LinkRefused when it is a link or not a folder
     (files written into a planted link to a folder would land outside the run)."""
-    folder = Path(run_dir) / TIMELINES_DIR
-    safeio.refuse_link(folder)
-    try:
-        os.mkdir(folder, 0o755)
-    except FileExistsError:
-        pass
-    info = os.lstat(folder)
-    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
-        raise safeio.LinkRefused(f"{folder} is not a folder; attnprof never writes through it (a run folder is "
-                                 f"data): remove it and run again")
-    return folder
+    return safeio.make_folder(Path(run_dir) / TIMELINES_DIR)
 
 
 class MemoryHistory:

@@ -49,10 +49,7 @@ def check_folder(folder) -> None:
 
 def write_files(folder, name: str, snapshot_bytes: bytes, trace_bytes: bytes) -> list:
     """Both files into ``folder`` (made if need be), never through a link; their paths."""
-    folder = Path(folder)
-    safeio.refuse_link(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    safeio.refuse_link(folder)
+    folder = safeio.make_folder(Path(folder), parents=True)
     paths = [folder / (name + SNAPSHOT_SUFFIX), folder / (name + TRACE_SUFFIX)]
     for path, data in zip(paths, (snapshot_bytes, trace_bytes)):
         safeio.write_atomic(path, data)

@@ -128,3 +128,19 @@ def test_unwritable_places_are_one_line(tmp_path, monkeypatch):
     monkeypatch.setattr(safeio.os, "access", lambda path, mode: False)  # as a read-only folder answers
     with pytest.raises(safeio.UnwritablePath, match="is not writable"):
         safeio.check_folder_writable(tmp_path / "new" / "run", "the run folder")
+
+
+def test_make_folder_refuses_a_link_or_a_file_in_one_line(tmp_path):
+    from attnprof.profiler.safeio import LinkRefused, make_folder
+
+    assert make_folder(tmp_path / "a" / "b", parents=True).is_dir()
+    assert make_folder(tmp_path / "a" / "b") == tmp_path / "a" / "b"  # again: already there
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(LinkRefused, match="not a folder"):
+        make_folder(tmp_path / "file")
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(LinkRefused, match="symbolic link"):
+        make_folder(tmp_path / "link", parents=True)
+    with pytest.raises(safeio.UnwritablePath, match="cannot make the folder"):
+        make_folder(tmp_path / "file" / "under", parents=True)
