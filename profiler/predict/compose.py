@@ -208,7 +208,6 @@ class Composition:
     summaries: dict = field(default_factory=dict)  # (pass, period) -> _Summary
     step: Optional[StepSummary] = None  # the optimizer step at the traced depth (compose_step.py), if any
     epilogues: dict = field(default_factory=dict)  # pass -> its Epilogue (issue 24: autocast's, the step's)
-    _epilogue_frees: dict = field(default_factory=dict, repr=False)  # pass -> what its epilogue frees, as traced
 
     @classmethod
     def of(cls, traced: Traced) -> "Composition":
@@ -320,9 +319,8 @@ class Composition:
 
     def _check_epilogue(self) -> None:
         """Each epilogue composes as a loop over every period (compose_epilogue.problem)."""
-        self._epilogue_frees = {p: epilogue.frees for p, epilogue in self.epilogues.items()}
-        for frees in self._epilogue_frees.values():
-            why = problem(frees, self.runs, self.periods)
+        for epilogue in self.epilogues.values():
+            why = problem(epilogue.frees, self.runs, self.periods)
             if why:
                 raise NotComposable(why)
 
@@ -449,12 +447,12 @@ class Composition:
     def _largest(self, instances: list, k: int, at: tuple, count: int = 5, after: tuple = ()) -> list:
         """The ``count`` biggest storages live at the peak, biggest first, ties by age, as
         ``MemoryTracker.largest_at_peak`` lists them."""
-        index = {tag: r for r, tag in enumerate(instances)}
         offsets, total = {}, 0
         for tag in instances:
             offsets[tag] = total
             total += self.summaries[self.template(tag, k)].allocs
         peak_r, peak_e = at
+        freed = self._freed_before(instances, k, at)
         candidates = []
         for r, tag in enumerate(instances[:peak_r + 1]):
             run = self.runs[self.template(tag, k)]
@@ -462,7 +460,7 @@ class Composition:
             for i in sorted(range(len(run.allocs)), key=lambda i: (-run.allocs[i][0], i)):
                 if r == peak_r and run.alloc_at[i] > peak_e:
                     continue
-                if self._freed_before(tag, i, k, index, at):
+                if (*tag, i) in freed:
                     continue
                 candidates.append((-run.allocs[i][0], offsets[tag] + i, run.allocs[i]))
                 found += 1
@@ -477,27 +475,18 @@ class Composition:
                         "bytes": nbytes})
         return out
 
-    def _freed_before(self, tag: tuple, i: int, k: int, index: dict, at: tuple) -> bool:
-        """Whether storage i of run ``tag`` (composed) is freed before position ``at``."""
-        c, traced = tag[1], self.tau(tag[1], k)
-        for p, frees in self._epilogue_frees.items():
-            if (tag[0], traced, i) in frees and (p, k - 1) in index and (index[(p, k - 1)], float("inf")) < at:
-                return True
-        for p in self.passes:
-            for c_f in {c - 1, c, c + 1, PROLOGUE, 0, k - 1}:
-                freeing = (p, c_f)
-                if freeing not in index:
-                    continue
-                # the offset as the freeing run's template names it: between traced periods, or,
-                # a middle copy freeing a middle copy, between composed ones (c - c_f)
-                for offset in {traced - self.tau(c_f, k), c - c_f}:
-                    ref = (tag[0], offset, i)
-                    if self._resolve(c_f, ref, k) != tag:
-                        continue
-                    e = self.runs[self.template(freeing, k)].free_at.get(ref)
-                    if e is not None and (index[freeing], e) < at:
-                        return True
-        return False
+    def _freed_before(self, instances: list, k: int, at: tuple) -> set:
+        """(pass, period, alloc index) of every storage of a k-period stack freed before
+        position ``at`` = (run, event): each free resolved as ``events`` resolves it."""
+        peak_r, peak_e = at
+        freed = set()
+        for r, tag in enumerate(instances[:peak_r + 1]):
+            for ref, e in self.runs[self.template(tag, k)].free_at.items():
+                if r < peak_r or e < peak_e:
+                    freed.add((*self._resolve(tag[1], ref, k), ref[2]))
+            if r < peak_r and tag[1] == k - 1 and tag[0] in self.epilogues:
+                freed.update(ref for kind, ref in self.epilogue_events(tag[0], k) if kind == "F")
+        return freed
 
     def events(self, k: int):
         """The composed event sequence of a k-period stack, as the tracker would record it
