@@ -27,6 +27,7 @@ from typing import Callable, Optional
 import torch
 
 from attnprof.profiler.measure.fakemode import light_dynamo
+from attnprof.profiler.measure.step_marks import mark_step
 from attnprof.profiler.measure.flops import REGISTRY
 from attnprof.profiler.measure.tracker import LM_HEAD_LOSS, OP, MemoryTracker, tensors_in
 from attnprof.profiler.records import Point
@@ -249,44 +250,9 @@ class Marks:
         self.phase = phase
         if self.ok:
             self.mark(phase, PROLOGUE)
-            if phase == "step":
-                self._mark_step()
-
-    # --- issue 24: the optimizer step, period by period ---
-    def _mark_step(self) -> None:
-        """A for-loop optimizer (torch's ``_single_tensor_*``: one parameter after another)
-        steps period after period: a mark before the first op that touches a period's first
-        parameter (itself, its gradient or a state), and the epilogue after the step, where
-        ``zero_grad`` frees every period's gradients. Not a foreach or fused step (a few ops
-        over every parameter at once: compose_step.py runs those alone), nor one behind a
-        GradScaler (its unscale reads every gradient in one op)."""
-        optimizer = getattr(self.work, "optimizer", None)
-        if (optimizer is None or getattr(self.work, "scaler", None) is not None
-                or any(g.get("foreach") or g.get("fused") for g in optimizer.param_groups)):
-            return
-        firsts: dict = {}  # storage -> the period whose first parameter it belongs to
-        for k, group in enumerate(self.groups()):
-            if group:
-                p = group[0]
-                for t in [p, p.grad, *self.work.states_of(p)]:
-                    if isinstance(t, torch.Tensor):
-                        firsts.setdefault(t.untyped_storage()._cdata, k)
-
-        def before_op(args):
-            for t in tensors_in(args):
-                k = firsts.get(t.untyped_storage()._cdata)
-                if k is not None:
-                    self.mark("step", k)
-                    return
-
-        def stepping(*_):
-            self.tracer.before_op = before_op
-
-        def stepped(*_):
-            self.tracer.before_op = None
-            self.mark("step", EPILOGUE)
-
-        self.handles += [optimizer.register_step_pre_hook(stepping), optimizer.register_step_post_hook(stepped)]
+            if phase == "step":  # issue 24: a for-loop optimizer's step, period by period
+                self.handles += mark_step(self.work, self.groups(), self.tracer, lambda k: self.mark("step", k),
+                                          lambda: self.mark("step", EPILOGUE))
 
     def remove(self) -> None:
         for handle in self.handles:

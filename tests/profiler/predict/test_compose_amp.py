@@ -4,7 +4,7 @@ of every layer at once; the trace marks that moment (the forward's epilogue, dri
 the composition frees, of every middle period, what the traced middle's epilogue frees.
 Composed, every variant and mode equals the plain full-depth fake run to the byte, its
 event sequence is the full run's (the order within one batch of frees aside: the cache is a
-hash map), and an epilogue that does not free the same place of every period is refused."""
+hash map), and the traced epilogue frees the same place of every period."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from attnprof.profiler.measure.accounting import account
 from attnprof.profiler.measure.drive import trace_point
 from attnprof.profiler.measure.tracker import FREE
 from attnprof.profiler.predict import fake_run
-from attnprof.profiler.predict.compose import TRACED_PERIODS, Composition, NotComposable
+from attnprof.profiler.predict.compose import TRACED_PERIODS, Composition
+from attnprof.profiler.predict.compose_epilogue import problem
 from attnprof.profiler.predict.fake_run import predict
 from attnprof.profiler.records import Point, Shape
 
@@ -96,15 +97,15 @@ def test_the_composed_event_sequence_is_the_full_runs(mode):
     assert _batched(events) == _batched(full.trace)
 
 
-def test_an_epilogue_that_frees_only_the_middles_storage_is_refused():
-    """Freeing the middle period's storage but not the first's and the last's at the same
-    place is not a loop over every period: composing it would be a guess."""
+def test_the_traced_epilogue_frees_the_same_place_of_every_period():
+    """What composing the epilogue relies on (compose_epilogue.problem): each middle storage
+    it frees, it frees of the first and the last period too; without those it is refused."""
     comp = Composition.of(trace_point(point("plain", TRACED_PERIODS), marks=True))
-    epilogue = comp.epilogues["fwd"]
-    middle = next(ref for ref in epilogue.frees if ref[1] == 1)
-    epilogue.events = [e for e in epilogue.events if not (e[0] == "F" and e[1][1] != 1 and e[1][2] == middle[2])]
-    with pytest.raises(NotComposable, match="every period"):
-        comp._check_epilogue()
+    frees = comp.epilogues["fwd"].frees
+    assert problem(frees, comp.runs, TRACED_PERIODS) == ""
+    middle = next(ref for ref in frees if ref[1] == 1)
+    assert "every period" in problem(frozenset(ref for ref in frees if ref[1] == 1 or ref[2] != middle[2]),
+                                     comp.runs, TRACED_PERIODS)
 
 
 def test_without_autocast_there_is_no_epilogue():
