@@ -82,14 +82,43 @@ def build(point, params: list, impl_device: str) -> Optional[torch.optim.Optimiz
     return optimizer
 
 
+# Under fake tensors: what the first step made for a parameter of a given layout, as a recipe
+# (_recipe), so later workloads of this process make the same states without stepping again.
+RECIPES: dict = {}  # (optimizer, its defaults, the parameter's shape, stride, dtype, device) -> [(key, how)]
+RECIPES_SIZE = 4096
+
+
 def prime(optimizer: torch.optim.Optimizer, params: list) -> None:
     """Create the states as torch does: one first step on zero gradients, which then go.
 
     A for-loop optimizer takes that first step with its foreach implementation: torch makes
     the states the same way whichever runs the arithmetic (AdamW's ``_init_group``; SGD's
     momentum buffer a clone of the gradient: tests/profiler/measure/test_optimizer.py
-    compares every state's layout), in a few list ops instead of ~12 ops per parameter,
-    which under fake tensors cost a prediction more than the stack they step."""
+    compares every state's layout), in a few list ops instead of ~12 ops per parameter.
+
+    Under fake tensors (a prediction) the first step runs once per parameter layout in a
+    process: what it made is kept as a recipe (each state's shape, stride, dtype and device;
+    a 0-dim state FakeTensorMode tracks a value of, AdamW's ``step``, with that value, so the
+    step's ``.item()`` still answers), and a parameter of a known layout gets its states from
+    it (tested equal to a first step's, value included). Real tensors always step."""
+    fake = [_fake_key(optimizer, p) for p in params]
+    if all(key is not None for key in fake):
+        missing = [p for p, key in zip(params, fake) if key not in RECIPES]
+        if missing:
+            first_step(optimizer, missing)
+            if len(RECIPES) >= RECIPES_SIZE:
+                RECIPES.clear()
+            for p in missing:
+                RECIPES[_fake_key(optimizer, p)] = _recipe(optimizer.state[p])
+        for p, key in zip(params, fake):
+            if p not in optimizer.state or not optimizer.state[p]:
+                optimizer.state[p] = {name: _made(how) for name, how in RECIPES[key]}
+        return
+    first_step(optimizer, params)
+
+
+def first_step(optimizer: torch.optim.Optimizer, params: list) -> None:
+    """torch's own first step over ``params`` on zero gradients (then dropped): their states."""
     for p in params:
         p.grad = torch.zeros_like(p)
     forloop = [g for g in optimizer.param_groups if not g.get("foreach") and not g.get("fused")]
@@ -101,6 +130,37 @@ def prime(optimizer: torch.optim.Optimizer, params: list) -> None:
         for group in forloop:
             group["foreach"] = False
     optimizer.zero_grad(set_to_none=True)
+
+
+def _fake_key(optimizer, p) -> Optional[tuple]:
+    """The recipe key of a fake parameter; None for a real one."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    if not isinstance(p, FakeTensor):
+        return None
+    return (type(optimizer).__name__, repr(sorted(optimizer.defaults.items())), tuple(p.shape), p.stride(),
+            p.dtype, str(p.device))
+
+
+def _recipe(state: dict) -> list:
+    out = []
+    for name, value in state.items():
+        constant = getattr(value, "constant", None) if isinstance(value, torch.Tensor) else None
+        if isinstance(constant, torch.Tensor):  # a value FakeTensorMode tracks (AdamW's step)
+            out.append((name, ("tensor", constant.tolist(), value.dtype, str(value.device))))
+        elif isinstance(value, torch.Tensor):
+            out.append((name, ("empty", tuple(value.shape), value.stride(), value.dtype, str(value.device))))
+        else:
+            out.append((name, ("value", value)))
+    return out
+
+
+def _made(how: tuple):
+    if how[0] == "tensor":
+        return torch.tensor(how[1], dtype=how[2], device=how[3])
+    if how[0] == "empty":
+        return torch.empty_strided(how[1], how[2], dtype=how[3], device=how[4])
+    return how[1]
 
 
 def states(optimizer: torch.optim.Optimizer, param: torch.Tensor) -> list:

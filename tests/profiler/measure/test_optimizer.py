@@ -62,7 +62,7 @@ def test_each_implementation_runs_what_it_says():
 
 
 @pytest.mark.parametrize("optimizer", ["adamw", "sgd"])
-def test_a_forloop_optimizer_primed_by_foreach_holds_the_states_its_own_first_step_makes(optimizer):
+def test_a_forloop_optimizer_primed_by_foreach_holds_the_states_its_ownfirst_step_makes(optimizer):
     """measure/optimizer.prime takes a for-loop optimizer's first step with foreach (a few
     list ops instead of ~12 per parameter): the states must be the ones a for-loop first step
     makes, every one in the same shape, stride, dtype and device, in the same order."""
@@ -86,6 +86,37 @@ def test_a_forloop_optimizer_primed_by_foreach_holds_the_states_its_own_first_st
     own.step()  # the for-loop first step itself
     assert layouts(primed, params) == layouts(own, params)
     assert all(len(primed.state[p]) == len(own.state[p]) > 0 for p in params)
+
+
+@pytest.mark.parametrize("optimizer,impl", [("adamw", "forloop"), ("adamw", "foreach"), ("adamw", "fused"),
+                                            ("sgd", "forloop")])
+def test_under_fake_tensors_a_known_layout_gets_the_states_afirst_step_makes(optimizer, impl):
+    """optimizer.prime steps once per parameter layout in a process under fake tensors and
+    makes the states of later parameters of that layout from what it made: the same keys in
+    the same order, each state in the same shape, stride, dtype and device, and the value
+    FakeTensorMode tracks (AdamW's step) the same, so ``.item()`` still answers."""
+    from attnprof.profiler.measure import optimizer as opt
+    from attnprof.profiler.measure.fakemode import light_dynamo
+    from attnprof.profiler.measure.internals import new_fake_mode
+
+    def made(prime_with_recipes: bool) -> list:
+        flags = {"foreach": impl == "foreach", "fused": impl == "fused"}
+        with light_dynamo(), new_fake_mode():
+            params = [torch.empty(6, 5, requires_grad=True), torch.empty(5, requires_grad=True)]
+            o = (torch.optim.AdamW(params, **flags) if optimizer == "adamw"
+                 else torch.optim.SGD(params, lr=1e-3, momentum=SGD_MOMENTUM, **flags))
+            if prime_with_recipes:
+                opt.prime(o, params)  # the recipes of these layouts are known by now: no step
+            else:
+                opt.first_step(o, params)
+            return [[(name, tuple(v.shape), v.stride(), v.dtype, str(v.device),
+                      v.item() if getattr(v, "constant", None) is not None else None)  # the tracked value
+                     for name, v in o.state[p].items()] for p in params]
+
+    opt.RECIPES.clear()
+    first = made(True)  # learns the recipes (a first step)
+    assert opt.RECIPES
+    assert made(True) == first == made(False)  # from the recipes; a plain first step
 
 
 @pytest.mark.parametrize("impl", IMPLS)
