@@ -27,15 +27,16 @@ from typing import Callable, Optional
 import torch
 
 from attnprof.profiler.measure.fakemode import light_dynamo
-from attnprof.profiler.measure.step_marks import mark_step
 from attnprof.profiler.measure.flops import REGISTRY
+from attnprof.profiler.measure.step_marks import mark_step
 from attnprof.profiler.measure.tracker import LM_HEAD_LOSS, OP, MemoryTracker, tensors_in
 from attnprof.profiler.records import Point
 
 PASSES = ("param", "fwd", "bwd", "step")  # step: the optimizer's (issue 24), after backward
 PROLOGUE = -1  # the period number of what a pass does before its first period (once in any stack)
-# issue 24: where the forward's autocast region ends (its weight cache cleared: the casts of every
-# period's parameters that nothing saved are freed at once; compose.py's epilogue)
+# issue 24: the period number of what a pass does once after its last period and frees storages of
+# every period at once: the forward's autocast region ending (its weight cache of casts cleared), the
+# step's zero_grad (predict/compose_epilogue.py)
 EPILOGUE = -2
 MARK_LABEL = "attnprof.period"  # label[0] of the period marks this module puts into the trace
 
