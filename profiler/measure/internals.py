@@ -14,15 +14,32 @@ event sequence, peak, breakdown, largest storages and FLOPs. Where anything diff
 the internals are missing, the fast path steps aside for the rest of the process with one
 line on stderr saying so: a prediction is then slower, never wrong. The check costs two
 tiny traces (~0.1 s, after the fake-tensor imports every fake prediction pays anyway).
+
+A layer above may remember a passed check across processes (``remember_with``: the
+prediction layer keeps it in its cache folder, profiler/predict/trust_memo.py, keyed by this
+torch's build and attnprof's source): a process that recalls it skips the two traces and
+the plain mode's slow paths (measured: ~0.7 s of a cold prediction's first point).
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from typing import Optional
+from typing import Callable, Optional
 
 _verdict: Optional[bool] = None
 _problem = ""
+# (recall, remember) from a layer above (see the module docstring): ``recall()`` -> whether this
+# torch and source passed the check before; ``remember()`` when it passes here. None: always check.
+_memory: Optional[tuple] = None
+
+
+def remember_with(recall: Callable[[], bool], remember: Callable[[], None]) -> None:
+    """Let ``trusted`` recall a verdict from before, and tell ``remember`` of a passed check."""
+    global _memory
+    _memory = (recall, remember)
+
+
 def new_fake_mode(*, quick: bool = True):
     """The one constructor of every fake-tensor mode attnprof builds: CPU fakes that never
     probe CUDA (``quickfake.CpuFakeTensorMode``); ``quick`` for the memoised key and native
@@ -40,13 +57,25 @@ def trusted() -> bool:
     global _verdict, _problem
     if _verdict is None:
         _verdict = True  # the check's own quick run asks too
+        if _memory is not None and _recalled(_memory[0]):
+            return True
         try:
             _problem = check()
         except Exception as exc:  # noqa: BLE001 - an internal that raises is one that differs
             _problem = f"the check itself failed ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
         if _problem:
             distrust(_problem)
+        elif _memory is not None:
+            with contextlib.suppress(Exception):  # a verdict not kept costs the next process a check
+                _memory[1]()
     return _verdict
+
+
+def _recalled(recall: Callable[[], bool]) -> bool:
+    try:
+        return recall() is True
+    except Exception:  # noqa: BLE001 - a memory that fails is one that does not recall
+        return False
 
 
 def distrust(problem: str) -> None:

@@ -1,8 +1,11 @@
 """Mixed precision (issue 24, --precision amp-bf16 | amp-fp16; Shape.autocast): the fast
 prediction equals the plain full-depth fake run and a real CPU run, to the byte, in every mode;
-autocast points take the fake path (their kernels are low precision, as bfloat16 points')."""
+a small autocast point is predicted by a real run except LSH's (fake_run.small_point), so the
+equality with the fake run is what lets it."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 
@@ -20,7 +23,10 @@ def figures(acc) -> tuple:
 
 
 @pytest.mark.parametrize("label", ["sdpa", "full", pytest.param("lsh[n_hashes=2,bucket_size=16]", marks=pytest.mark.slow),
-                                   pytest.param("talking_heads", marks=pytest.mark.slow)])
+                                   pytest.param("talking_heads", marks=pytest.mark.slow),
+                                   pytest.param("sparse_strided[stride=16]", marks=pytest.mark.slow),
+                                   pytest.param("sparse_fixed[stride=16]", marks=pytest.mark.slow),
+                                   pytest.param("sliding_window[window=32]", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("mode", ["plain", "checkpoint", "reversible"])
 def test_amp_bf16_prediction_equals_the_real_cpu_tracker(label, mode):
     point = amp(label, mode)
@@ -42,7 +48,18 @@ def test_scope_attention_and_forward_only(forward_only):
     assert figures(predict(point)) == figures(account(point, fake=False))
 
 
-def test_autocast_points_take_the_fake_path():
+@pytest.mark.parametrize("optimizer", ["adamw", "sgd"])
+@pytest.mark.parametrize("label", ["sdpa", "sparse_strided[stride=16]"])
+def test_with_the_optimizer_step_the_real_run_equals_the_fake_one(label, optimizer):
+    point = amp(label, "plain")
+    point = replace(point, shape=replace(point.shape, optimizer=optimizer))
+    assert small_point(point)
+    assert figures(account(point, fake=False)) == figures(account(point, fake=True))
+
+
+def test_small_autocast_points_run_for_real_except_lsh():
     assert small_point(amp("sdpa", "plain", autocast=""))
-    assert not small_point(amp("sdpa", "plain"))
-    assert predict(amp("sdpa", "plain")).method == "exact"
+    assert small_point(amp("sdpa", "plain"))
+    assert predict(amp("sdpa", "plain")).method.startswith("exact (a small point")
+    assert not small_point(amp("lsh", "plain"))
+    assert predict(amp("lsh[n_hashes=2,bucket_size=16]", "plain")).method == "exact"
