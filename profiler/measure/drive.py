@@ -170,8 +170,9 @@ _DEVICE = torch.ops.prim.device.default
 
 
 class Marks:
-    """Puts a mark into the trace where each pass and each period in it starts; see the
-    module docstring. ``ok`` is False when the module is not a stack of blocks with
+    """Puts a mark into the trace where each pass and each period in it starts, and where a
+    pass's epilogue starts (issue 24: autocast's cache clear ending the forward, the step's
+    ``zero_grad``; period EPILOGUE); see the module docstring. ``ok`` is False when the module is not a stack of blocks with
     ``.f`` and ``.g`` whose parameters come first, block by block, in ``work.params``."""
 
     def __init__(self, tracer: Tracer, work, period: int):

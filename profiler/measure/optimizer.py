@@ -103,13 +103,13 @@ def prime(optimizer: torch.optim.Optimizer, params: list) -> None:
     it (tested equal to a first step's, value included). Real tensors always step."""
     fake = [_fake_key(optimizer, p) for p in params]
     if all(key is not None for key in fake):
-        missing = [p for p, key in zip(params, fake) if key not in RECIPES]
+        missing = [(p, key) for p, key in zip(params, fake) if key not in RECIPES]
         if missing:
-            first_step(optimizer, missing)
+            first_step(optimizer, [p for p, _ in missing])
             if len(RECIPES) >= RECIPES_SIZE:
                 RECIPES.clear()
-            for p in missing:
-                RECIPES[_fake_key(optimizer, p)] = _recipe(optimizer.state[p])
+            for p, key in missing:
+                RECIPES[key] = _recipe(optimizer.state[p])
         for p, key in zip(params, fake):
             if p not in optimizer.state or not optimizer.state[p]:
                 optimizer.state[p] = {name: _made(how) for name, how in RECIPES[key]}

@@ -208,6 +208,7 @@ class Composition:
     summaries: dict = field(default_factory=dict)  # (pass, period) -> _Summary
     step: Optional[StepSummary] = None  # the optimizer step at the traced depth (compose_step.py), if any
     epilogues: dict = field(default_factory=dict)  # pass -> its Epilogue (issue 24: autocast's, the step's)
+    nets: dict = field(default_factory=dict)  # k -> _epilogue_nets(k), computed once (figures and peak_op ask)
 
     @classmethod
     def of(cls, traced: Traced) -> "Composition":
@@ -330,11 +331,16 @@ class Composition:
         return [] if epilogue is None else epilogue_at_depth(epilogue, k, self.periods)
 
     def _epilogue_nets(self, k: int) -> dict:
-        """(pass, k - 1), the run an epilogue follows in a k-period stack -> its bytes freed by category."""
+        """(pass, k - 1), the run an epilogue follows in a k-period stack -> its bytes freed by
+        category (memoised per k in ``nets``)."""
         def allocs_of(q, c):
             return self.runs[(q, self.tau(c, k))].allocs
 
-        return {(p, k - 1): freed_by_category(self.epilogue_events(p, k), allocs_of) for p in self.epilogues}
+        found = self.nets.get(k)
+        if found is None:
+            found = self.nets[k] = {(p, k - 1): freed_by_category(self.epilogue_events(p, k), allocs_of)
+                                    for p in self.epilogues}
+        return found
 
     def summarise(self, run: _Run) -> _Summary:
         s = _Summary()
