@@ -32,6 +32,7 @@ from typing import Optional
 import torch
 
 from attnprof.errors import UserError
+from attnprof.profiler.measure import real_counters
 
 SGD_MOMENTUM = 0.9  # the momentum people train with (see the module docstring)
 SGD_LR = 1e-3  # any value: memory does not depend on it
@@ -100,7 +101,9 @@ def prime(optimizer: torch.optim.Optimizer, params: list) -> None:
     process: what it made is kept as a recipe (each state's shape, stride, dtype and device;
     a 0-dim state FakeTensorMode tracks a value of, AdamW's ``step``, with that value, so the
     step's ``.item()`` still answers), and a parameter of a known layout gets its states from
-    it (tested equal to a first step's, value included). Real tensors always step."""
+    it (tested equal to a first step's, value included). A for-loop optimizer's counters are
+    then real CPU tensors (measure/real_counters.py: FakeTensorMode cannot cache their ops).
+    Real tensors always step."""
     fake = [_fake_key(optimizer, p) for p in params]
     if all(key is not None for key in fake):
         missing = [(p, key) for p, key in zip(params, fake) if key not in RECIPES]
@@ -110,9 +113,10 @@ def prime(optimizer: torch.optim.Optimizer, params: list) -> None:
                 RECIPES.clear()
             for p, key in missing:
                 RECIPES[key] = _recipe(optimizer.state[p])
+        real = _forloop(optimizer) and real_counters.ENABLED  # its step counters real (real_counters.py)
         for p, key in zip(params, fake):
-            if p not in optimizer.state or not optimizer.state[p]:
-                optimizer.state[p] = {name: _made(how) for name, how in RECIPES[key]}
+            if real or p not in optimizer.state or not optimizer.state[p]:
+                optimizer.state[p] = {name: _made(how, real) for name, how in RECIPES[key]}
         return
     first_step(optimizer, params)
 
@@ -155,8 +159,15 @@ def _recipe(state: dict) -> list:
     return out
 
 
-def _made(how: tuple):
+def _forloop(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether every group steps one parameter after another (neither foreach nor fused)."""
+    return all(not g.get("foreach") and not g.get("fused") for g in optimizer.param_groups)
+
+
+def _made(how: tuple, real_counter: bool = False):
     if how[0] == "tensor":
+        if real_counter and how[3] == "cpu" and not how[2].is_complex:
+            return real_counters.real_counter(how[1], how[2])
         return torch.tensor(how[1], dtype=how[2], device=how[3])
     if how[0] == "empty":
         return torch.empty_strided(how[1], how[2], dtype=how[3], device=how[4])
@@ -166,3 +177,21 @@ def _made(how: tuple):
 def states(optimizer: torch.optim.Optimizer, param: torch.Tensor) -> list:
     """The state tensors torch keeps for ``param``, in the order it made them."""
     return [v for v in optimizer.state.get(param, {}).values() if isinstance(v, torch.Tensor)]
+
+
+def host_counters(optimizer: Optional[torch.optim.Optimizer]) -> list:
+    """The step counters torch keeps on the host whatever the parameters' device: AdamW's
+    0-dim ``step`` where a group is neither fused nor capturable (``_init_group`` makes it
+    with ``torch.tensor(0.0)``: a CPU tensor; fused or capturable, on the parameter's device)."""
+    if optimizer is None:
+        return []
+    out = []
+    for group in optimizer.param_groups:
+        if group.get("fused") or group.get("capturable"):
+            continue
+        for p in group["params"]:
+            step = optimizer.state.get(p, {}).get("step")
+            if isinstance(step, torch.Tensor):
+                out.append(step)
+    return out
+

@@ -24,6 +24,8 @@ from typing import Optional
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from attnprof.profiler.measure.real_counters import is_real_counter, run as run_real
+
 # Ops that never allocate; under fake tensors prim.device alone is ~70% of all dispatches.
 _NO_ALLOCATION = frozenset({torch.ops.prim.device.default})
 CATEGORIES = ("parameters", "gradients", "inputs", "activations", "temporaries")
@@ -262,7 +264,10 @@ class MemoryTracker(TorchDispatchMode):
     def dispatch(self, func, args, kwargs) -> tuple:
         """Run the op and count its new storages: (its output, the output's tensors), the
         tensors None for an op that allocates nothing (then it leaves no OP event)."""
-        out = func(*args, **(kwargs or {}))
+        if args and type(args[0]) is torch.Tensor and is_real_counter(args[0]):  # issue 24: real_counters.py
+            out = run_real(func, args, kwargs or {})
+        else:
+            out = func(*args, **(kwargs or {}))
         if func in _NO_ALLOCATION:
             return out, None
         name = func.__name__

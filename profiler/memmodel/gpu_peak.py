@@ -7,7 +7,8 @@
 
 so tensor <= allocated <= reserved <= total always. ``gpu_fits``: the allocator, given
 the GPU's memory less the context, never runs out (it releases cached segments and
-retries before giving up, as PyTorch does). Every figure is a model, never a
+retries before giving up, as PyTorch does); with a budget below the GPU's memory, the
+allocator is capped at the budget instead (``set_per_process_memory_fraction``). Every figure is a model, never a
 measurement: records carry them in ``gpu_*`` fields, tables label them "model".
 
 One point here; its step time (the time model) and many points (budget searches, the
@@ -199,9 +200,17 @@ def dropout_notes(point: Point) -> list:
             "where a GPU may run a fused kernel with dropout): not the GPU's kernels"]
 
 
-def gpu_memory(point: Point, gpu: GpuSpec, cache: Optional[TraceCache] = None) -> GpuPrediction:
+def gpu_memory(point: Point, gpu: GpuSpec, cache: Optional[TraceCache] = None,
+               limit_bytes: Optional[int] = None) -> GpuPrediction:
     """The model's allocated, reserved and total peaks of ``point`` on ``gpu`` (no step
-    time: ``predict.gpu_points.predict_gpu`` adds it)."""
+    time: ``predict.gpu_points.predict_gpu`` adds it).
+
+    ``limit_bytes`` (a budget below the GPU's memory, context included) caps the allocator
+    there, as ``torch.cuda.set_per_process_memory_fraction`` does: PyTorch treats a
+    ``cudaMalloc`` past its allowed maximum as a failed one, so it releases its cached
+    segments and retries at the budget, not at the device's capacity
+    (c10/cuda/CUDACachingAllocator.cpp, ``allowed_memory_maximum``). ``fits`` is then
+    against the budget."""
     cache = cache or TraceCache()
     trace = cache.get(point)
     cpu_peak = trace.tensor_peak_bytes  # the CPU kernels' peak: predicted_peak_bytes
@@ -221,12 +230,16 @@ def gpu_memory(point: Point, gpu: GpuSpec, cache: Optional[TraceCache] = None) -
         notes.append(f"autocast {point.shape.autocast} traced with CPU autocast's op lists; CUDA's keep more ops "
                      f"in float32")
     workspaces = sum(1 for e in sub.events if e[0] == ALLOC and str(e[1]).startswith("cublas.workspace"))
+    memory = gpu.memory_bytes if limit_bytes is None else min(gpu.memory_bytes, limit_bytes)
+    if memory < gpu.memory_bytes:
+        notes.append(f"allocator capped at the budget, {memory >> 20} MiB with the context "
+                     f"(as set_per_process_memory_fraction caps it)")
     free = replay(sub.events, CachingAllocator())
     total = gpu.context_bytes + free.reserved_peak_bytes
     result, fits = free, True
-    if total > gpu.memory_bytes:  # would it still fit, with PyTorch releasing its cache on OOM?
+    if total > memory:  # would it still fit, with PyTorch releasing its cache on OOM?
         try:
-            result = replay(sub.events, CachingAllocator(capacity=max(0, gpu.memory_bytes - gpu.context_bytes)))
+            result = replay(sub.events, CachingAllocator(capacity=max(0, memory - gpu.context_bytes)))
             notes.append(f"fits only by releasing cached segments ({result.retries}x)")
             total = gpu.context_bytes + result.reserved_peak_bytes
         except OutOfMemory as exc:

@@ -9,8 +9,9 @@ the CPU kernels' allocations; ``profiler/memmodel/sdpa_kernels.py`` substitutes 
 With an optimizer (issue 24) the step pass follows backward, and ``optimizer_impl`` ""
 means what torch.optim picks for CUDA parameters (foreach where torch has the kernels,
 profiler/measure/optimizer.py). Its 0-dim ``step`` tensors, which torch keeps on the host
-unless fused or capturable, are replayed as device allocations: at most one 512-byte
-block per parameter tensor too many.
+unless fused or capturable (``optimizer.host_counters``), are left out of the events: they
+take no device memory. The tracker's own peak (``tensor_peak_bytes``, the CPU run's) still
+counts them.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ def record_trace(point: Point, *, sdpa_math: bool = False, seed: int = 0) -> Tra
     from attnprof.profiler.measure.drive import drive
     from attnprof.profiler.measure.fakemode import light_dynamo
     from attnprof.profiler.measure.internals import new_fake_mode
-    from attnprof.profiler.measure.tracker import MemoryTracker
+    from attnprof.profiler.measure.optimizer import host_counters
+    from attnprof.profiler.measure.tracker import ALLOC, FREE, MemoryTracker
     from attnprof.profiler.measure.workload import Workload
 
     start = time.perf_counter()
@@ -59,8 +61,9 @@ def record_trace(point: Point, *, sdpa_math: bool = False, seed: int = 0) -> Tra
         work = Workload(point, "cpu", impl_device="cuda")  # the optimizer torch.optim picks on a GPU (issue 24)
         with backend, MemoryTracker(trace=True) as tracker:
             drive(work, tracker, phase=lambda name: tracker.mark("backward") if name == "backward" else None)
+            host = set(tracker.live_serials(host_counters(getattr(work, "optimizer", None))))  # issue 24: not on the device
         peak = tracker.peak_bytes
-        events = tracker.trace
+        events = [e for e in tracker.trace if not (host and e[0] in (ALLOC, FREE) and e[1] in host)]
     counts: dict = {}
     for e in events:
         counts[e[0]] = counts.get(e[0], 0) + 1

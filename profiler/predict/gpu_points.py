@@ -18,14 +18,16 @@ from attnprof.profiler.predict.search import longest_index
 from attnprof.profiler.records import Point
 
 
-def predict_gpu(point: Point, gpu: GpuSpec, cache: Optional[TraceCache] = None) -> GpuPrediction:
+def predict_gpu(point: Point, gpu: GpuSpec, cache: Optional[TraceCache] = None,
+                limit_bytes: Optional[int] = None) -> GpuPrediction:
     """The model's allocated, reserved and total peaks of ``point`` on ``gpu``
-    (memmodel.gpu_peak.gpu_memory), with its step time on that GPU (the time model, from
-    the point's op rows: fake_run.predict, itself cached on disk)."""
+    (memmodel.gpu_peak.gpu_memory; ``limit_bytes``: a budget that caps the allocator), with
+    its step time on that GPU (the time model, from the point's op rows: fake_run.predict,
+    itself cached on disk)."""
     from attnprof.profiler.timemodel.fields import gpu_time_fields
 
     cache = cache or TraceCache()
-    prediction = gpu_memory(point, gpu, cache)
+    prediction = gpu_memory(point, gpu, cache, limit_bytes)
     op_costs = cache.memo("op_costs", point, lambda p: predict(p).op_costs)
     prediction.times = gpu_time_fields(point, op_costs, gpu, prediction.sdpa_backend)
     return prediction
@@ -62,7 +64,8 @@ def _identity_fields():
 def gpu_longest_fitting(scenario, gpus: list[GpuSpec], budget_bytes: Optional[int], start: int = 256,
                         limit: Optional[int] = None) -> list[dict]:
     """Per variant x mode x GPU: the longest power-of-two length whose modelled total
-    (context + reserved) fits both the GPU (the allocator never runs out) and the budget."""
+    (context + reserved) fits both the GPU and the budget: the allocator, capped at the
+    budget as ``set_per_process_memory_fraction`` caps it, never runs out (gpu_memory)."""
     from attnprof.scenarios.plan import series
 
     limit = limit or (1 << 20)
@@ -113,7 +116,7 @@ def _series_search(job) -> tuple[list[dict], dict]:
         if n not in known:
             point = point_at(n)
             problem = shape_problem(point)
-            known[n] = problem or {g.key: predict_gpu(point, g, cache) for g in gpus}
+            known[n] = problem or {g.key: predict_gpu(point, g, cache, budget_bytes) for g in gpus}
         return known[n]
 
     accepted = [n for n in lengths if shape_problem(point_at(n)) is None]
@@ -134,7 +137,8 @@ def _series_search(job) -> tuple[list[dict], dict]:
         else:
             p = at(lengths[hi])[gpu.key]
             reason = (f"{lengths[hi]} tokens would need {fmt_bytes(p.total_bytes)} in total (model)"
-                      + ("" if p.fits else f", more than the {fmt_bytes(gpu.memory_bytes)} GPU"))
+                      + ("" if p.fits else f", more than the {fmt_bytes(gpu.memory_bytes)} GPU"
+                         if limit_bytes >= gpu.memory_bytes else f", more than the {fmt_bytes(limit_bytes)} budget"))
         row = {**template.identity(), "seq_len": None}
         if lo >= 0:
             best = lengths[lo]

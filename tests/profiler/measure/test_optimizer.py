@@ -109,14 +109,31 @@ def test_under_fake_tensors_a_known_layout_gets_the_states_afirst_step_makes(opt
                 opt.prime(o, params)  # the recipes of these layouts are known by now: no step
             else:
                 opt.first_step(o, params)
-            return [[(name, tuple(v.shape), v.stride(), v.dtype, str(v.device),
-                      v.item() if getattr(v, "constant", None) is not None else None)  # the tracked value
+            return [[(name, tuple(v.shape), v.stride(), v.dtype, str(v.device), value(v))
                      for name, v in o.state[p].items()] for p in params]
+
+    def value(v):
+        """The value FakeTensorMode tracks, or a real counter's (measure/real_counters.py: a
+        for-loop step's), or None."""
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        from attnprof.profiler.measure.real_counters import is_real_counter
+
+        if is_real_counter(v):
+            with unset_fake_temporarily():
+                return ("real", v.item())
+        return ("fake", v.item()) if getattr(v, "constant", None) is not None else None
 
     opt.RECIPES.clear()
     first = made(True)  # learns the recipes (a first step)
     assert opt.RECIPES
-    assert made(True) == first == made(False)  # from the recipes; a plain first step
+    assert made(True) == first  # from the recipes
+    plain = made(False)  # a plain first step: fake counters, the same value
+    assert [[(*e[:5], e[5] and e[5][1]) for e in p] for p in plain] == [[(*e[:5], e[5] and e[5][1]) for e in p]
+                                                                        for p in first]
+    counters = [e[5] and e[5][0] for p in first for e in p if e[0] == "step"]  # AdamW's only
+    expected = {"forloop": "real", "foreach": "fake", "fused": None}[impl]  # fused: on the device, untracked
+    assert counters == ([expected] * 2 if optimizer == "adamw" else [])
 
 
 @pytest.mark.parametrize("impl", IMPLS)

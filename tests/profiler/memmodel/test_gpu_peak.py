@@ -7,7 +7,7 @@ from typer.testing import CliRunner
 
 from attnprof import api
 from attnprof.cli import app
-from attnprof.profiler.memmodel.gpu_peak import GPU_FIELDS, TraceCache
+from attnprof.profiler.memmodel.gpu_peak import GPU_FIELDS, TraceCache, gpu_memory
 from attnprof.profiler.predict.gpu_points import predict_gpu
 from attnprof.profiler.hardware.gpus import ENV_VAR, get_gpu
 from attnprof.profiler.predict.fake_run import predict
@@ -73,6 +73,24 @@ def test_a_point_too_big_for_a_gpu_does_not_fit_and_reports_what_it_would_need()
     # the same allocations but the cuBLAS workspace (8.1 MiB on sm89, 32 MiB on sm90)
     assert h200.reserved_peak_bytes - l4.reserved_peak_bytes == (32 << 20) - (20 << 20)  # its segments: 32 vs 20 MiB
     assert l4.reserved_peak_bytes >= 32 << 30
+
+
+def test_a_budget_below_the_gpu_caps_the_allocator():
+    """As set_per_process_memory_fraction: PyTorch frees its cached segments and retries at
+    the budget, so a step whose uncapped cache passes the budget may still fit within it."""
+    gpu = get_gpu("l4")
+    point = _point("full", mode="checkpoint", n=2048, dtype="float32", heads=2, d_model=128, layers=4)
+    free = gpu_memory(point, gpu)
+    assert free.fits and free.reserved_peak_bytes > free.allocated_peak_bytes + (16 << 20)  # a cache to release
+    budget = free.total_bytes - 1
+    capped = gpu_memory(point, gpu, limit_bytes=budget)
+    assert capped.fits and capped.total_bytes <= budget
+    assert any("capped at the budget" in n for n in capped.notes)
+    assert any("fits only by releasing cached segments" in n for n in capped.notes)
+    short = gpu_memory(point, gpu, limit_bytes=gpu.context_bytes + free.tensor_peak_bytes)  # below what it holds
+    assert not short.fits and any("out of memory" in n for n in short.notes)
+    above = gpu_memory(point, gpu, limit_bytes=gpu.memory_bytes + 1)  # a budget above the GPU changes nothing
+    assert (above.total_bytes, above.notes) == (free.total_bytes, free.notes)
 
 
 def test_predict_with_gpus_gives_one_record_per_point_and_gpu():

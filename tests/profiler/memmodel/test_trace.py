@@ -90,3 +90,22 @@ def test_sdpa_math_trace_has_no_cpu_flash_op_and_a_quadratic_peak():
     assert "_scaled_dot_product_flash_attention_for_cpu" in names(flash)
     assert "_scaled_dot_product_flash_attention_for_cpu" not in names(math_) and "bmm" in names(math_)
     assert math_.tensor_peak_bytes > flash.tensor_peak_bytes + 2 * 1024 * 1024 * 4  # n x n fp32 scores, per head
+
+
+def test_the_step_counters_torch_keeps_on_the_host_are_not_device_allocations():
+    """AdamW's 0-dim ``step`` (4 bytes per parameter tensor) lives on the CPU unless the
+    step is fused (or capturable): the GPU replay leaves it out; the tracker's peak keeps it."""
+    from attnprof.profiler.measure.workload import Workload
+
+    def at(impl):
+        return Point("sdpa", "plain", "model", Shape(seq_len=64, batch=1, d_model=32, heads=2, layers=2,
+                                                      optimizer="adamw", optimizer_impl=impl))
+
+    tensors = len(Workload(at("foreach")).params)
+    for impl, host in (("foreach", True), ("forloop", True), ("fused", False)):
+        trace = record_trace(at(impl))
+        on_device = [e for e in trace.events if e[0] == ALLOC and e[2] == 4 and e[3] == ""]  # registered, 4 bytes
+        assert len(on_device) == (0 if host else tensors), impl
+        assert trace.tensor_peak_bytes == predict(at(impl), exact=True, count_flops=False).peak_bytes
+        live = replay(trace.events, CachingAllocator())
+        assert live.tensor_peak_bytes == trace.tensor_peak_bytes - (4 * tensors if host else 0), impl

@@ -43,7 +43,10 @@ def test_the_gpu_search_finds_the_exact_boundary_of_a_synthetic_model(monkeypatc
     gpu = get_gpu("l4")
     boundary = 4096
 
-    def model(point, g, cache=None):  # fits up to `boundary` tokens, a total that grows with n
+    limits = set()
+
+    def model(point, g, cache=None, limit_bytes=None):  # fits up to `boundary` tokens, a total that grows with n
+        limits.add(limit_bytes)
         n = point.shape.seq_len
         total = n * 1000 if n <= boundary else gpu.memory_bytes + n
         return GpuPrediction(g.key, "", "", n, n, n, 0, total, True, g.memory_bytes, n)
@@ -54,6 +57,9 @@ def test_the_gpu_search_finds_the_exact_boundary_of_a_synthetic_model(monkeypatc
     rows = gpu_points.gpu_longest_fitting(SCENARIO, [gpu], None, start=16, limit=1 << 16)
     assert [r["longest_fitting_seq_len"] for r in rows] == [boundary] and used == [13]
     assert rows[0]["limited_by"].startswith(f"{2 * boundary} tokens would need")
+    assert limits == {None}
+    gpu_points.gpu_longest_fitting(SCENARIO, [gpu], 1 << 30, start=16, limit=1 << 16)
+    assert limits == {None, 1 << 30}  # a budget caps the model's allocator (gpu_peak.gpu_memory)
 
 
 def test_the_same_search_serves_the_cpu_peaks(monkeypatch):
