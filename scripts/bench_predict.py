@@ -22,6 +22,13 @@ Goals: tiny <= 1.5x,
 
 An ``--extra`` with ``--precision`` replaces the cases' ``--dtype bf16`` (the two would disagree).
 
+``--against CHECKOUT`` (another attnprof checkout, e.g. a ``git worktree`` of the commit a
+goal was set at): each case also runs on that code, without ``--extra`` (it may predate
+the options), from a cold cache, in the same rounds, imported through PYTHONPATH; the
+table adds each case's median over that one's. The ratio to ``import torch`` moves with
+the machine (docs/accounting.md: the goal's own commit measured 2.36x on one VM and 2.67x
+on a slower one); the ratio to the same cases on the goal's code, run alongside, does not.
+
 A benchmark, not a test: the exactness of every fast prediction is tested in
 tests/profiler/predict/test_compose.py. Prints the load average (os.getloadavg) before
 and after, and the machine's cores: other work on the machine shows up in the spread.
@@ -76,10 +83,12 @@ def attnprof_command() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "attnprof"]
 
 
-def wall_s(cmd: list[str], cache: str | None = None) -> float:
+def wall_s(cmd: list[str], cache: str | None = None, pythonpath: str | None = None) -> float:
     env = dict(os.environ)
     if cache is not None:
         env["ATTNPROF_CACHE_DIR"] = cache
+    if pythonpath is not None:  # --against: that checkout's package first on the path
+        env["PYTHONPATH"] = pythonpath
     started = time.perf_counter()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     return time.perf_counter() - started
@@ -90,8 +99,14 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median of each)")
     parser.add_argument("--skip-frontier", action="store_true", help="leave out the --budget case (the slowest)")
     parser.add_argument("--extra", default="", help="predict arguments added to every case, e.g. '--optimizer adamw'")
+    parser.add_argument("--against", default="", help="another attnprof checkout: every case also runs there, "
+                                                      "without --extra, and the table compares (module docstring)")
     args = parser.parse_args()
     extra = shlex.split(args.extra)
+    against = Path(args.against).resolve() if args.against else None
+    if against is not None and not (against / "__init__.py").is_file():
+        print(f"error: --against {args.against}: not an attnprof checkout (no __init__.py there)", file=sys.stderr)
+        return 2
     cases = {k: (_without_dtype(argv) if "--precision" in extra else argv) + extra for k, (argv, goal) in CASES.items()
              if not (args.skip_frontier and "frontier" in k)}
     cases = {k: (argv, CASES[k][1]) for k, argv in cases.items()}
@@ -107,12 +122,23 @@ def main() -> int:
                        check=True, stdout=subprocess.DEVNULL)
         warmup = os.path.join(tmp, "warmup")
         wall_s([*predict, *_fake_point()], cache=warmup)
+        other = None  # --against: a folder whose "attnprof" is that checkout, for PYTHONPATH
+        if against is not None:
+            other = os.path.join(tmp, "against")
+            os.makedirs(other)
+            os.symlink(against, os.path.join(other, "attnprof"))
+            subprocess.run([sys.executable, "-m", "compileall", "-q", "-x", r"[/\\]\.venv[/\\]", str(against)],
+                           check=True, stdout=subprocess.DEVNULL)
+            wall_s([sys.executable, "-m", "attnprof", "predict", *_fake_point()], cache=os.path.join(tmp, "w2"),
+                   pythonpath=other)
         verdicts = os.path.join(warmup, "verdicts")  # this install's internals verdict (module docstring)
         times: dict[str, list[float]] = {"python -c 'import torch'": []}
         for name in cases:
             times[name] = []
             times[name + " (first run)"] = []
             times[name + " (warm cache)"] = []
+            if other is not None:
+                times[name + " (against)"] = []
         for r in range(args.rounds):
             times["python -c 'import torch'"].append(wall_s(torch_cmd))
             for i, (name, (argv, _)) in enumerate(cases.items()):
@@ -122,6 +148,10 @@ def main() -> int:
                     shutil.copytree(verdicts, os.path.join(cache, "verdicts"))
                 times[name].append(wall_s([*predict, *argv], cache=cache))
                 times[name + " (warm cache)"].append(wall_s([*predict, *argv], cache=cache))
+                if other is not None:  # the same case, without --extra, on the other checkout
+                    times[name + " (against)"].append(wall_s(
+                        [sys.executable, "-m", "attnprof", "predict", *CASES[name][0]],
+                        cache=os.path.join(tmp, f"against{r}-{i}"), pythonpath=other))
     load_after = os.getloadavg()
     torch_s = statistics.median(times["python -c 'import torch'"])
     ok = True
@@ -134,6 +164,11 @@ def main() -> int:
         ok &= goal is None or ratio <= goal
         print(f"{name:<40} {median:9.2f} {min(samples):7.2f} {max(samples):7.2f} {ratio:8.2f}  {verdict}")
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if other is not None:
+        print(f"\nagainst {against} (each case without --extra):")
+        for name in cases:
+            print(f"  {name}: {statistics.median(times[name]) / statistics.median(times[name + ' (against)']):.2f}x "
+                  f"that code's time")
     print(f"\n{args.rounds} rounds; {cores} cores; load average (1, 5, 15 min) before "
           f"{', '.join(f'{x:.2f}' for x in load_before)}, after {', '.join(f'{x:.2f}' for x in load_after)}")
     print("commands: attnprof predict " + " | ".join(" ".join(argv) for argv, _ in cases.values()))
