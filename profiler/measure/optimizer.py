@@ -113,7 +113,7 @@ def prime(optimizer: torch.optim.Optimizer, params: list) -> None:
                 RECIPES.clear()
             for p, key in missing:
                 RECIPES[key] = _recipe(optimizer.state[p])
-        real = _forloop(optimizer) and real_counters.ENABLED  # its step counters real (real_counters.py)
+        real = _counters_may_be_real(optimizer) and real_counters.ENABLED  # real_counters.py
         for p, key in zip(params, fake):
             if real or p not in optimizer.state or not optimizer.state[p]:
                 optimizer.state[p] = {name: _made(how, real) for name, how in RECIPES[key]}
@@ -159,9 +159,13 @@ def _recipe(state: dict) -> list:
     return out
 
 
-def _forloop(optimizer: torch.optim.Optimizer) -> bool:
-    """Whether every group steps one parameter after another (neither foreach nor fused)."""
-    return all(not g.get("foreach") and not g.get("fused") for g in optimizer.param_groups)
+def _counters_may_be_real(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether every group steps one parameter after another (neither foreach nor fused) and
+    touches its counter only with the counter first (``step_t += 1``, ``.item()``): not
+    capturable or differentiable, whose ``beta1 ** step`` would mix a real counter with fake
+    tensors (``build`` sets neither)."""
+    return all(not g.get(flag) for g in optimizer.param_groups
+               for flag in ("foreach", "fused", "capturable", "differentiable"))
 
 
 def _made(how: tuple, real_counter: bool = False):

@@ -18,7 +18,10 @@ runs an op whose first argument is one of them for real, the fake mode set aside
 
 Not for a foreach or fused step: those pass the counters to one op together with fake
 tensors (``_foreach_add_`` with a fake ``1``; the fused kernel), which FakeTensorMode
-would refuse as mixed inputs. ``ENABLED`` turns the whole thing off (the tests' reference).
+would refuse as mixed inputs; nor for a capturable or differentiable one (``beta1 ** step``).
+Only the tracker runs a counter's op for real: a fake workload stepped outside a tracker
+would fail on ``.item()`` (every fake run steps inside one: measure/drive.py's step pass).
+``ENABLED`` turns the whole thing off (the tests' reference).
 """
 
 from __future__ import annotations

@@ -205,12 +205,13 @@ def gpu_memory(point: Point, gpu: GpuSpec, cache: Optional[TraceCache] = None,
     """The model's allocated, reserved and total peaks of ``point`` on ``gpu`` (no step
     time: ``predict.gpu_points.predict_gpu`` adds it).
 
-    ``limit_bytes`` (a budget below the GPU's memory, context included) caps the allocator
-    there, as ``torch.cuda.set_per_process_memory_fraction`` does: PyTorch treats a
-    ``cudaMalloc`` past its allowed maximum as a failed one, so it releases its cached
-    segments and retries at the budget, not at the device's capacity
-    (c10/cuda/CUDACachingAllocator.cpp, ``allowed_memory_maximum``). ``fits`` is then
-    against the budget."""
+    ``limit_bytes`` (a budget below the GPU's memory, context included) caps the allocator's
+    reserved bytes at the budget less the context, as
+    ``torch.cuda.set_per_process_memory_fraction((budget - context) / memory)`` would: PyTorch
+    treats a ``cudaMalloc`` that would take its reserved bytes past ``allowed_memory_maximum``
+    (fraction x device total; the context is not part of it) as a failed one, so it releases
+    its cached segments and retries there, not at the device's capacity
+    (c10/cuda/CUDACachingAllocator.cpp). ``fits`` is then against the budget."""
     cache = cache or TraceCache()
     trace = cache.get(point)
     cpu_peak = trace.tensor_peak_bytes  # the CPU kernels' peak: predicted_peak_bytes
@@ -233,7 +234,7 @@ def gpu_memory(point: Point, gpu: GpuSpec, cache: Optional[TraceCache] = None,
     memory = gpu.memory_bytes if limit_bytes is None else min(gpu.memory_bytes, limit_bytes)
     if memory < gpu.memory_bytes:
         notes.append(f"allocator capped at the budget, {memory >> 20} MiB with the context "
-                     f"(as set_per_process_memory_fraction caps it)")
+                     f"(as set_per_process_memory_fraction would cap it at the budget less the context)")
     free = replay(sub.events, CachingAllocator())
     total = gpu.context_bytes + free.reserved_peak_bytes
     result, fits = free, True

@@ -116,3 +116,12 @@ def test_a_plain_tensor_that_is_not_a_counter_goes_to_the_fake_mode():
         with MemoryTracker():
             made = torch.tensor(3.0)
         assert isinstance(made, FakeTensor)
+
+
+@pytest.mark.parametrize("flag", ["foreach", "fused", "capturable", "differentiable"])
+def test_counters_stay_fake_where_the_step_would_mix_them_with_fake_tensors(flag):
+    """``beta1 ** step`` (capturable, differentiable), ``_foreach_add_`` and the fused kernel
+    take a counter together with fake tensors: those optimizers keep FakeTensorMode's own."""
+    params = [torch.zeros(3, requires_grad=True)]
+    assert optimizer._counters_may_be_real(torch.optim.AdamW(params))
+    assert not optimizer._counters_may_be_real(torch.optim.AdamW(params, **{flag: True}))
