@@ -113,7 +113,7 @@ def prime(optimizer: torch.optim.Optimizer, params: list) -> None:
                 RECIPES.clear()
             for p, key in missing:
                 RECIPES[key] = _recipe(optimizer.state[p])
-        real = _counters_may_be_real(optimizer) and real_counters.ENABLED  # real_counters.py
+        real = counters_may_be_real(optimizer) and real_counters.ENABLED  # real_counters.py
         for p, key in zip(params, fake):
             if real or p not in optimizer.state or not optimizer.state[p]:
                 optimizer.state[p] = {name: _made(how, real) for name, how in RECIPES[key]}
@@ -159,7 +159,7 @@ def _recipe(state: dict) -> list:
     return out
 
 
-def _counters_may_be_real(optimizer: torch.optim.Optimizer) -> bool:
+def counters_may_be_real(optimizer: torch.optim.Optimizer) -> bool:
     """Whether every group steps one parameter after another (neither foreach nor fused) and
     touches its counter only with the counter first (``step_t += 1``, ``.item()``): not
     capturable or differentiable, whose ``beta1 ** step`` would mix a real counter with fake

@@ -20,7 +20,7 @@ from attnprof.profiler.measure.workload import Workload, mixed_precision
 from attnprof.profiler.records import Point
 
 
-class _StepOnly:
+class StepOnly:
     """Fake parameters, their gradients, the point's optimizer (primed) and, for amp-fp16,
     its GradScaler, and nothing else: what ``drive``'s step pass touches, as ``Workload``
     offers it; ``update`` is ``Workload.update`` itself (the unscale, the step, the scale's
@@ -47,7 +47,7 @@ def trace_step(point: Point, layouts: list, *, count_flops: bool = True, impl_de
     parameters, their gradients and states (the composition, profiler/predict/compose_step.py,
     runs it at full depth)."""
     with light_dynamo(), fake_mode(mode):
-        work = _StepOnly(point, layouts, impl_device)
+        work = StepOnly(point, layouts, impl_device)
         tracer = Tracer(count_flops)
         with tracer:
             track_model_states(tracer, work, work.params)

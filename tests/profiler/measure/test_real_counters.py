@@ -58,7 +58,7 @@ def test_the_counters_are_real_and_count_after_the_step(monkeypatch):
     measured step adds one to each, as torch's own would (the prime's first step made 1)."""
     from torch._subclasses.fake_tensor import FakeTensor
 
-    from attnprof.profiler.measure.step_trace import _StepOnly
+    from attnprof.profiler.measure.step_trace import StepOnly
 
     monkeypatch.setattr(real_counters, "ENABLED", True)
     layouts = [((8, 4), (4, 1), torch.float32, ((8, 4), (4, 1))), ((8,), (1,), torch.float32, ((8,), (1,)))]
@@ -70,7 +70,7 @@ def test_the_counters_are_real_and_count_after_the_step(monkeypatch):
     from attnprof.profiler.measure.tracker import MemoryTracker
 
     with light_dynamo(), fake_mode(None):  # (a fake run's step runs under its tracker: drive.py)
-        work = _StepOnly(point(), layouts, "cpu")
+        work = StepOnly(point(), layouts, "cpu")
         steps = [work.optimizer.state[p]["step"] for p in work.params]
         with MemoryTracker() as tracker:
             tracker.track([s for p in work.params for s in work.states_of(p)], "optimizer_state")
@@ -88,12 +88,12 @@ def test_a_foreach_or_fused_step_keeps_fake_counters(impl, monkeypatch):
 
     from attnprof.profiler.measure.drive import fake_mode
     from attnprof.profiler.measure.fakemode import light_dynamo
-    from attnprof.profiler.measure.step_trace import _StepOnly
+    from attnprof.profiler.measure.step_trace import StepOnly
 
     monkeypatch.setattr(real_counters, "ENABLED", True)
     layouts = [((8, 4), (4, 1), torch.float32, ((8, 4), (4, 1)))]
     with light_dynamo(), fake_mode(None):
-        work = _StepOnly(point(impl=impl), layouts, "cpu")
+        work = StepOnly(point(impl=impl), layouts, "cpu")
         assert all(isinstance(work.optimizer.state[p]["step"], FakeTensor) for p in work.params)
 
 
@@ -123,5 +123,5 @@ def test_counters_stay_fake_where_the_step_would_mix_them_with_fake_tensors(flag
     """``beta1 ** step`` (capturable, differentiable), ``_foreach_add_`` and the fused kernel
     take a counter together with fake tensors: those optimizers keep FakeTensorMode's own."""
     params = [torch.zeros(3, requires_grad=True)]
-    assert optimizer._counters_may_be_real(torch.optim.AdamW(params))
-    assert not optimizer._counters_may_be_real(torch.optim.AdamW(params, **{flag: True}))
+    assert optimizer.counters_may_be_real(torch.optim.AdamW(params))
+    assert not optimizer.counters_may_be_real(torch.optim.AdamW(params, **{flag: True}))
