@@ -125,7 +125,7 @@ def first_step(optimizer: torch.optim.Optimizer, params: list) -> None:
     """torch's own first step over ``params`` on zero gradients (then dropped): their states."""
     for p in params:
         p.grad = torch.zeros_like(p)
-    forloop = [g for g in optimizer.param_groups if not g.get("foreach") and not g.get("fused")]
+    forloop = [g for g in optimizer.param_groups if steps_one_by_one(g)]
     for group in forloop:
         group["foreach"] = True
     try:
@@ -159,13 +159,18 @@ def _recipe(state: dict) -> list:
     return out
 
 
+def steps_one_by_one(group: dict) -> bool:
+    """Whether a param group runs torch's for-loop step (``_single_tensor_*``): neither
+    foreach nor fused."""
+    return not group.get("foreach") and not group.get("fused")
+
+
 def counters_may_be_real(optimizer: torch.optim.Optimizer) -> bool:
-    """Whether every group steps one parameter after another (neither foreach nor fused) and
-    touches its counter only with the counter first (``step_t += 1``, ``.item()``): not
-    capturable or differentiable, whose ``beta1 ** step`` would mix a real counter with fake
-    tensors (``build`` sets neither)."""
-    return all(not g.get(flag) for g in optimizer.param_groups
-               for flag in ("foreach", "fused", "capturable", "differentiable"))
+    """Whether every group steps one parameter after another and touches its counter only
+    with the counter first (``step_t += 1``, ``.item()``): not capturable or differentiable,
+    whose ``beta1 ** step`` would mix a real counter with fake tensors (``build`` sets neither)."""
+    return all(steps_one_by_one(g) and not g.get("capturable") and not g.get("differentiable")
+               for g in optimizer.param_groups)
 
 
 def _made(how: tuple, real_counter: bool = False):

@@ -19,6 +19,7 @@ from typing import Callable
 
 import torch
 
+from attnprof.profiler.measure.optimizer import steps_one_by_one
 from attnprof.profiler.measure.tracker import tensors_in
 
 
@@ -26,7 +27,7 @@ def marked(work) -> bool:
     """Whether ``work``'s step is marked period by period: a for-loop optimizer, no GradScaler."""
     optimizer = getattr(work, "optimizer", None)
     return (optimizer is not None and getattr(work, "scaler", None) is None
-            and not any(g.get("foreach") or g.get("fused") for g in optimizer.param_groups))
+            and all(steps_one_by_one(g) for g in optimizer.param_groups))
 
 
 def mark_step(work, groups: list, tracer, period: Callable[[int], None], epilogue: Callable[[], None]) -> list:

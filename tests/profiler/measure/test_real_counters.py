@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 
 from attnprof.profiler.measure import optimizer, real_counters
 from attnprof.profiler.measure.accounting import account
-from attnprof.profiler.measure.drive import trace_point
-from attnprof.profiler.measure.step_trace import trace_step
-from attnprof.profiler.measure.tracker import FREE, OP
+from attnprof.profiler.measure.drive import fake_mode, trace_point
+from attnprof.profiler.measure.fakemode import light_dynamo
+from attnprof.profiler.measure.step_trace import StepOnly, trace_step
+from attnprof.profiler.measure.tracker import FREE, OP, MemoryTracker
 from attnprof.profiler.records import Point, Shape
 
 
@@ -56,19 +58,10 @@ def test_a_traced_run_is_the_same_with_real_counters(mode, precision, monkeypatc
 def test_the_counters_are_real_and_count_after_the_step(monkeypatch):
     """Real 0-dim float32 CPU tensors, 4 bytes each, registered as optimizer state; the
     measured step adds one to each, as torch's own would (the prime's first step made 1)."""
-    from torch._subclasses.fake_tensor import FakeTensor
-
-    from attnprof.profiler.measure.step_trace import StepOnly
-
     monkeypatch.setattr(real_counters, "ENABLED", True)
     layouts = [((8, 4), (4, 1), torch.float32, ((8, 4), (4, 1))), ((8,), (1,), torch.float32, ((8,), (1,)))]
     tracer, start = trace_step(point(), layouts)
     assert any(e[0] == OP and e[1] == "add_.Tensor" for e in tracer.trace[start:])  # step_t += 1
-    from attnprof.profiler.measure.drive import fake_mode
-    from attnprof.profiler.measure.fakemode import light_dynamo
-
-    from attnprof.profiler.measure.tracker import MemoryTracker
-
     with light_dynamo(), fake_mode(None):  # (a fake run's step runs under its tracker: drive.py)
         work = StepOnly(point(), layouts, "cpu")
         steps = [work.optimizer.state[p]["step"] for p in work.params]
@@ -84,12 +77,6 @@ def test_the_counters_are_real_and_count_after_the_step(monkeypatch):
 
 @pytest.mark.parametrize("impl", ["foreach", "fused"])
 def test_a_foreach_or_fused_step_keeps_fake_counters(impl, monkeypatch):
-    from torch._subclasses.fake_tensor import FakeTensor
-
-    from attnprof.profiler.measure.drive import fake_mode
-    from attnprof.profiler.measure.fakemode import light_dynamo
-    from attnprof.profiler.measure.step_trace import StepOnly
-
     monkeypatch.setattr(real_counters, "ENABLED", True)
     layouts = [((8, 4), (4, 1), torch.float32, ((8, 4), (4, 1)))]
     with light_dynamo(), fake_mode(None):
@@ -106,12 +93,6 @@ def test_the_prediction_equals_the_real_tracker(mode):
 
 def test_a_plain_tensor_that_is_not_a_counter_goes_to_the_fake_mode():
     """``torch.tensor`` inside the fake mode (a lift of a real tensor) still makes a fake one."""
-    from torch._subclasses.fake_tensor import FakeTensor
-
-    from attnprof.profiler.measure.drive import fake_mode
-    from attnprof.profiler.measure.fakemode import light_dynamo
-    from attnprof.profiler.measure.tracker import MemoryTracker
-
     with light_dynamo(), fake_mode(None):
         with MemoryTracker():
             made = torch.tensor(3.0)
