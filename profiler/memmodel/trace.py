@@ -10,7 +10,8 @@ With an optimizer (issue 24) the step pass follows backward, and ``optimizer_imp
 means what torch.optim picks for CUDA parameters (foreach where torch has the kernels,
 profiler/measure/optimizer.py). Its 0-dim ``step`` tensors, which torch keeps on the host
 unless fused or capturable (``optimizer.host_counters``), are left out of the events: they
-take no device memory. The tracker's own peak (``tensor_peak_bytes``, the CPU run's) still
+take no device memory; nor does the 0-dim ``torch.tensor(1.0)`` a foreach step adds to them
+(``_host_scalars``). The tracker's own peak (``tensor_peak_bytes``, the CPU run's) still
 counts them.
 """
 
@@ -60,11 +61,34 @@ def record_trace(point: Point, *, sdpa_math: bool = False, seed: int = 0) -> Tra
     with light_dynamo(), new_fake_mode(quick=False):  # made inside: it reads torch._dynamo.config
         work = Workload(point, "cpu", impl_device="cuda")  # the optimizer torch.optim picks on a GPU (issue 24)
         with backend, MemoryTracker(trace=True) as tracker:
-            drive(work, tracker, phase=lambda name: tracker.mark("backward") if name == "backward" else None)
+            step_at = []
+
+            def phase(name: str) -> None:
+                if name == "backward":
+                    tracker.mark("backward")
+                elif name == "step":
+                    step_at.append(len(tracker.trace))
+
+            drive(work, tracker, phase=phase)
             host = set(tracker.live_serials(host_counters(getattr(work, "optimizer", None))))  # issue 24: not on the device
+            if host and step_at:  # the foreach step's own host scalar: torch.tensor(1.0, device="cpu")
+                host |= _host_scalars(tracker.trace[step_at[0]:], tracker.origins())
         peak = tracker.peak_bytes
         events = [e for e in tracker.trace if not (host and e[0] in (ALLOC, FREE) and e[1] in host)]
     counts: dict = {}
     for e in events:
         counts[e[0]] = counts.get(e[0], 0) + 1
     return Trace(point, events, peak, sdpa_math, (time.perf_counter() - start) * 1e3, counts)
+
+
+def _host_scalars(step_events: list, origins: dict) -> set:
+    """The serials of the 0-dim tensors ``torch.tensor`` made in the step pass (``lift_fresh``).
+    Where the counters are on the host, torch's foreach AdamW adds one to them with
+    ``torch._foreach_add_(steps, torch.tensor(1.0, device="cpu"))`` (torch/optim/adam.py,
+    ``_multi_tensor_adam``): a host scalar, no device memory. No other step torch.optim runs
+    here makes a tensor with ``torch.tensor``."""
+    from attnprof.profiler.measure.tracker import ALLOC
+
+    return {e[1] for e in step_events
+            if e[0] == ALLOC and origins.get(e[1], ("", None))[0].startswith("lift_fresh") and origins[e[1]][1] == ()}
+

@@ -106,6 +106,8 @@ def test_the_step_counters_torch_keeps_on_the_host_are_not_device_allocations():
         trace = record_trace(at(impl))
         on_device = [e for e in trace.events if e[0] == ALLOC and e[2] == 4 and e[3] == ""]  # registered, 4 bytes
         assert len(on_device) == (0 if host else tensors), impl
+        scalars = [e for e in trace.events if e[0] == ALLOC and e[2] == 4 and e[3].startswith("lift_fresh")]
+        assert scalars == [], (impl, scalars)  # foreach's torch.tensor(1.0, device="cpu"): a host scalar
         assert trace.tensor_peak_bytes == predict(at(impl), exact=True, count_flops=False).peak_bytes
         live = replay(trace.events, CachingAllocator())
         assert live.tensor_peak_bytes == trace.tensor_peak_bytes - (4 * tensors if host else 0), impl
