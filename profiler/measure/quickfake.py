@@ -23,7 +23,9 @@ view on a meta tensor of the same sizes and strides (the C++ ``computeStride``, 
 and returns ``as_strided`` of the fake input with that layout: the same tensor (sizes,
 strides, storage offset, storage). Anything it does not vouch for takes torch's path:
 symbolic sizes, a shape environment, ``allow_copy``, no elements, zero dimensions, a
-layout ATen cannot view (torch raises its own error). The equality with torch's path is
+layout ATen cannot view (torch raises its own error). An ``_unsafe_view`` is asked of
+``quick_view`` before torch's cache key is built at all (``_cached_dispatch_impl``): torch
+would build it only to bypass its cache. The equality with torch's path is
 tested case by case and through every prediction (tests/profiler/measure/test_quickfake.py).
 
 Anything unusual gets no quick key and takes torch's path: a tensor that is not this
@@ -71,12 +73,26 @@ class CpuFakeTensorMode(FakeTensorMode):
         pass
 
 
+_UNSAFE_VIEW = torch.ops.aten._unsafe_view.default
+_EXPECTED_DISPATCH = ["self", "func", "types", "args", "kwargs"]
+
+
 def torch_key_supported() -> bool:
     """Whether this torch's private ``FakeTensorMode._cache_key`` is the method the quick key
     memoises (its signature; the behaviour is checked by ``internals.check``)."""
     method = getattr(FakeTensorMode, "_cache_key", None)
     try:
         return method is not None and list(inspect.signature(method).parameters) == _EXPECTED
+    except (TypeError, ValueError):
+        return False
+
+
+def torch_dispatch_supported() -> bool:
+    """Whether this torch's private ``FakeTensorMode._cached_dispatch_impl`` is the method
+    QuickFakeTensorMode answers ``_unsafe_view`` in front of (its signature)."""
+    method = getattr(FakeTensorMode, "_cached_dispatch_impl", None)
+    try:
+        return method is not None and list(inspect.signature(method).parameters) == _EXPECTED_DISPATCH
     except (TypeError, ValueError):
         return False
 
@@ -89,6 +105,7 @@ class QuickFakeTensorMode(CpuFakeTensorMode):
     # (FakeTensorMode.cache): neither key names the mode, only that the tensors are its own
     _quick_keys: dict = {}
     quick_hits = 0
+    quick_unsafe_views = torch_dispatch_supported()  # _cached_dispatch_impl answers _unsafe_view itself
 
     @classmethod
     def memo_size(cls) -> int:
@@ -115,6 +132,21 @@ class QuickFakeTensorMode(CpuFakeTensorMode):
         else:
             QuickFakeTensorMode.quick_hits += 1
         return key
+
+    def _cached_dispatch_impl(self, func, types, args, kwargs):
+        # _unsafe_view (matmul's and the autograd formulas' reshape): torch's cache never keeps
+        # it (the "unsafe view" bypass), so every one pays torch's key, the bypass and
+        # _dispatch_impl's preamble before reaching a view. Its answer is quick_view's, asked
+        # straight away; anything quick_view does not vouch for takes torch's path.
+        if func is _UNSAFE_VIEW and self.enabled and self.quick_unsafe_views and not kwargs and len(args) == 2:
+            a = args[0]
+            if (type(a) is FakeTensor and a.fake_mode is self and a.constant is None and self.shape_env is None
+                    and not self.propagate_real_tensors
+                    and torch.fx.experimental.proxy_tensor.get_proxy_mode() is None):
+                out = quick_view(self, a, args[1:])
+                if out is not None:
+                    return out
+        return super()._cached_dispatch_impl(func, types, args, kwargs)
 
     def _quick_key(self, func, args, kwargs) -> tuple:
         if torch.fx.experimental.proxy_tensor.get_proxy_mode() is not None:

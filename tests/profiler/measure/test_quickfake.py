@@ -135,3 +135,22 @@ def test_mutation_a_quick_view_without_the_storage_offset_is_caught(monkeypatch,
     QuickFakeTensorMode.swap_memo({})
     monkeypatch.setattr(quickfake, "quick_view", at_offset_zero)
     assert _views(QuickFakeTensorMode) != _views(FakeTensorMode)
+
+
+def test_every_unsafe_view_is_answered_before_torchs_cache(monkeypatch, fresh_memo):
+    """torch's cache never keeps ``_unsafe_view``: each one is asked of quick_view directly
+    (no "unsafe view" bypass counted), and turning that off gives torch's path again."""
+    calls = []
+    original = quickfake.quick_view
+    monkeypatch.setattr(quickfake, "quick_view", lambda *a: calls.append(1) or original(*a))
+
+    def three_views():
+        before = FakeTensorMode.cache_bypasses.get("unsafe view", 0)
+        with QuickFakeTensorMode():
+            x = torch.empty(4, 6)
+            views = [torch.ops.aten._unsafe_view.default(x, [24]) for _ in range(3)]
+        return [(tuple(v.shape), v.stride()) for v in views], FakeTensorMode.cache_bypasses.get("unsafe view", 0) - before
+
+    assert three_views() == ([((24,), (1,))] * 3, 0) and len(calls) == 3
+    monkeypatch.setattr(QuickFakeTensorMode, "quick_unsafe_views", False)
+    assert three_views() == ([((24,), (1,))] * 3, 3)
