@@ -138,10 +138,9 @@ class QuickFakeTensorMode(CpuFakeTensorMode):
         # it (the "unsafe view" bypass), so every one pays torch's key, the bypass and
         # _dispatch_impl's preamble before reaching a view. Its answer is quick_view's, asked
         # straight away; anything quick_view does not vouch for takes torch's path.
-        if func is _UNSAFE_VIEW and self.enabled and self.quick_unsafe_views and not kwargs and len(args) == 2:
-            a = args[0]
-            if (type(a) is FakeTensor and a.fake_mode is self and a.constant is None and self.shape_env is None
-                    and not self.propagate_real_tensors
+        if func is _UNSAFE_VIEW and self.quick_unsafe_views and not kwargs and len(args) == 2:
+            a = args[0]  # quick_view checks the rest: enabled, no shape environment, a plain fake, its sizes
+            if (getattr(a, "fake_mode", None) is self and a.constant is None and not self.propagate_real_tensors
                     and torch.fx.experimental.proxy_tensor.get_proxy_mode() is None):
                 out = quick_view(self, a, args[1:])
                 if out is not None:

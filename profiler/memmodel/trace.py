@@ -89,6 +89,4 @@ def _host_scalars(step_events: list, origins: dict) -> set:
     here makes a tensor with ``torch.tensor``."""
     from attnprof.profiler.measure.tracker import ALLOC
 
-    return {e[1] for e in step_events
-            if e[0] == ALLOC and origins.get(e[1], ("", None))[0].startswith("lift_fresh") and origins[e[1]][1] == ()}
-
+    return {e[1] for e in step_events if e[0] == ALLOC and e[3].startswith("lift_fresh") and origins[e[1]][1] == ()}
