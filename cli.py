@@ -9,7 +9,6 @@ nor pandas nor matplotlib (the commands that measure import them when they run).
 
 from __future__ import annotations
 
-import signal
 import sys
 from pathlib import Path
 from typing import Annotated, List, Optional
@@ -18,8 +17,9 @@ import typer
 
 from attnprof.cli_options import (LENGTHS, MEASURE, OUTPUT, SCALE, ExecutorChoice, GpuFileOpt, GpuOpt, JsonOpt,
                                   NoCacheOpt, ScenarioOpt, SortChoice, api_keywords, check_device, scenario_flags)
-from attnprof.cli_exits import EXIT_USAGE, QUICK_EXIT, TERMINATED, Commands, leave, one_line, terminate
+from attnprof.cli_exits import EXIT_USAGE, QUICK_EXIT, Commands, interrupted_code, leave, one_line
 from attnprof.errors import UserError
+from attnprof.profiler import safe_points
 from attnprof.profiler.units import REPORT_SECONDS, printable
 from attnprof.scenarios.fields import FIELDS
 
@@ -353,7 +353,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     console = argv is None
     args = list(sys.argv[1:] if argv is None else argv) or ["--help"]
     if console:
-        signal.signal(signal.SIGTERM, terminate)
+        safe_points.install()  # Ctrl-C and SIGTERM: KeyboardInterrupt, where it is safe
     if console and args[0] in QUICK_EXIT:  # a short process: collect young objects less often (collector.py)
         from attnprof.profiler.collector import collect_less_often
 
@@ -368,7 +368,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         sys.exit(EXIT_USAGE)
     except (typer.Abort, KeyboardInterrupt):
         typer.echo("interrupted", err=True)
-        sys.exit(128 + (TERMINATED[-1] if TERMINATED else signal.SIGINT))
+        sys.exit(interrupted_code())
     leave(code if isinstance(code, int) else 0, args, console)
 
 

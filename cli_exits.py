@@ -1,6 +1,7 @@
 """How every command of the command line ends: its exit code, one ``error: ...`` line for a
-user mistake (never a traceback), "interrupted" for Ctrl-C and SIGTERM (128 + the signal),
-and the quick exit of short commands run from the console (``cli.main``)."""
+user mistake (never a traceback), "interrupted" for Ctrl-C and SIGTERM (128 + the signal;
+both raised where it is safe: profiler/safe_points.py), and the quick exit of short
+commands run from the console (``cli.main``)."""
 
 from __future__ import annotations
 
@@ -13,17 +14,15 @@ import typer
 from typer.core import TyperGroup
 
 from attnprof.errors import UserError
+from attnprof.profiler import safe_points
 
 EXIT_USAGE, EXIT_INTERRUPTED = 2, 130  # and 1: the gate found a regression (its own code)
-TERMINATED: list = []  # the signal that ended a command, when it was not Ctrl-C
 
 
-def terminate(signum, frame) -> None:
-    """SIGTERM as Ctrl-C: KeyboardInterrupt in the main thread, so every command cleans up
-    (forked workers killed, temp files gone) and says "interrupted"; exit 128+15. A sweep
-    installs its own handlers while it runs (runner/interrupts.py)."""
-    TERMINATED.append(int(signum))
-    raise KeyboardInterrupt
+def interrupted_code() -> int:
+    """128 + the signal that ended the command (SIGINT when none was seen: a Ctrl-C that
+    Python's own handler raised)."""
+    return 128 + (safe_points.received() or signal.SIGINT)
 
 
 def one_line(exc: BaseException) -> str:
@@ -44,13 +43,16 @@ class Commands(TyperGroup):
             raise typer.Exit(getattr(exc, "exit_code", EXIT_USAGE)) from None
         except KeyboardInterrupt:
             typer.echo("interrupted", err=True)
-            raise typer.Exit(128 + (TERMINATED[-1] if TERMINATED else signal.SIGINT)) from None
+            raise typer.Exit(interrupted_code()) from None
 
 
 QUICK_EXIT = frozenset({"predict", "calibrate"})
 
 
 def leave(code: int, args: list, console: bool) -> NoReturn:
+    if console and code == 0 and safe_points.received() is not None:  # a signal no KeyboardInterrupt ended
+        typer.echo("interrupted", err=True)
+        code = interrupted_code()
     if console and args and args[0] in QUICK_EXIT:
         for stream in (sys.stdout, sys.stderr):
             try:

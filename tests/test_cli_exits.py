@@ -1,5 +1,5 @@
-"""How a command ends: one line of a multi-line error, SIGTERM as Ctrl-C (its signal kept
-for the exit code 128 + N)."""
+"""How a command ends: one line of a multi-line error; Ctrl-C and SIGTERM "interrupted",
+exit 128 + the signal, also when the signal came but no KeyboardInterrupt ended the command."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import signal
 
 import pytest
 
-from attnprof.cli_exits import TERMINATED, one_line, terminate
+import attnprof.cli_exits as exits
+from attnprof.cli_exits import interrupted_code, one_line
+from attnprof.profiler import safe_points
 
 
 def test_one_line_keeps_the_first_line_or_names_the_error():
@@ -15,9 +17,22 @@ def test_one_line_keeps_the_first_line_or_names_the_error():
     assert one_line(KeyError()) == "KeyError"
 
 
-def test_sigterm_is_a_keyboard_interrupt_that_remembers_its_signal():
-    before = list(TERMINATED)
+def test_sigterm_is_a_keyboard_interrupt_that_remembers_its_signal(monkeypatch):
+    monkeypatch.setattr(safe_points, "RECEIVED", [])
+    assert interrupted_code() == 128 + signal.SIGINT  # Python's own Ctrl-C
     with pytest.raises(KeyboardInterrupt):
-        terminate(signal.SIGTERM, None)
-    assert TERMINATED[-1] == signal.SIGTERM
-    TERMINATED[:] = before
+        safe_points.handler(signal.SIGTERM, None)
+    assert interrupted_code() == 128 + signal.SIGTERM
+
+
+def test_a_signal_that_raised_nothing_still_ends_the_command_interrupted(monkeypatch, capsys):
+    monkeypatch.setattr(safe_points, "RECEIVED", [int(signal.SIGTERM)])
+    with pytest.raises(SystemExit) as ended:
+        exits.leave(0, ["gate"], console=True)
+    assert ended.value.code == 143 and capsys.readouterr().err == "interrupted\n"
+    with pytest.raises(SystemExit) as ended:  # a failure keeps its own code
+        exits.leave(1, ["gate"], console=True)
+    assert ended.value.code == 1
+    with pytest.raises(SystemExit) as ended:  # an in-process caller (not the console) is not judged by it
+        exits.leave(0, ["gate"], console=False)
+    assert ended.value.code == 0

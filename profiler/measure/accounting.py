@@ -15,6 +15,7 @@ import torch
 from attnprof.profiler.measure.drive import drive
 from attnprof.profiler.measure.flops import FlopCounter
 from attnprof.profiler.records import Point
+from attnprof.profiler.safe_points import deferring
 from attnprof.profiler.measure.tracker import MemoryTracker
 from attnprof.profiler.measure.workload import Workload
 from attnprof.scenarios.variants.registry import with_spec
@@ -35,6 +36,7 @@ class Accounting:
     peak_pass: str = ""  # issue 24: its pass, "forward" | "backward" | "step" ("" unknown)
 
 
+@deferring  # Ctrl-C and SIGTERM wait for a safe point (profiler/safe_points.py)
 def account(point: Point, *, fake: bool, device: str = "cpu", count_flops: bool = False, seed: int = 0) -> Accounting:
     """Run the point's forward (+ backward) under the tracker; ``fake`` allocates nothing.
 

@@ -31,6 +31,7 @@ from attnprof.profiler.measure.flops import REGISTRY
 from attnprof.profiler.measure.step_marks import mark_step
 from attnprof.profiler.measure.tracker import LM_HEAD_LOSS, OP, MemoryTracker, tensors_in
 from attnprof.profiler.records import Point
+from attnprof.profiler.safe_points import deferring
 
 PASSES = ("param", "fwd", "bwd", "step")  # step: the optimizer's (issue 24), after backward
 PROLOGUE = -1  # the period number of what a pass does before its first period (once in any stack)
@@ -312,6 +313,7 @@ class Traced:
         return sum(f for at, f in self.flops.items() if at >= self.backward_at)
 
 
+@deferring  # Ctrl-C and SIGTERM wait for a safe point (profiler/safe_points.py)
 def trace_point(point: Point, *, marks: bool = False, count_flops: bool = True, seed: int = 0,
                 real_limit_bytes: Optional[int] = None, mode: Optional[type] = None) -> Traced:
     """Run ``point`` once under FakeTensorMode with the tracer, exactly as

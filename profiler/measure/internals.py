@@ -27,6 +27,8 @@ import contextlib
 import sys
 from typing import Callable, Optional
 
+from attnprof.profiler.safe_points import deferring
+
 _verdict: Optional[bool] = None
 _problem = ""
 # (recall, remember) from a layer above (see the module docstring): ``recall()`` -> whether this
@@ -134,6 +136,7 @@ def _fresh(fn, *args):
             FakeTensorMode.cache = torch_cache
 
 
+@deferring  # Ctrl-C and SIGTERM wait for a safe point (profiler/safe_points.py)
 def tiny_trace(mode_cls) -> tuple:
     """The tracker's events and every output's layout for a few ops of each kind the fast
     path touches: views of contiguous, offset, transposed and expanded tensors (quick view),

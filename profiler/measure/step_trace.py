@@ -18,6 +18,7 @@ from attnprof.profiler.measure.fakemode import light_dynamo
 from attnprof.profiler.measure.optimizer import build, states
 from attnprof.profiler.measure.workload import Workload, mixed_precision
 from attnprof.profiler.records import Point
+from attnprof.profiler.safe_points import deferring
 
 
 class StepOnly:
@@ -39,6 +40,7 @@ class StepOnly:
     update = Workload.update
 
 
+@deferring  # Ctrl-C and SIGTERM wait for a safe point (profiler/safe_points.py)
 def trace_step(point: Point, layouts: list, *, count_flops: bool = True, impl_device: str = "cpu",
                mode: Optional[type] = None) -> tuple:
     """The optimizer step of ``point`` over parameters of these layouts alone, under

@@ -24,6 +24,7 @@ from typing import Optional
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from attnprof.profiler import safe_points
 from attnprof.profiler.measure.real_counters import is_real_counter, run as run_real
 
 # Ops that never allocate; under fake tensors prim.device alone is ~70% of all dispatches.
@@ -264,6 +265,8 @@ class MemoryTracker(TorchDispatchMode):
     def dispatch(self, func, args, kwargs) -> tuple:
         """Run the op and count its new storages: (its output, the output's tensors), the
         tensors None for an op that allocates nothing (then it leaves no OP event)."""
+        if safe_points.PENDING:  # Ctrl-C or SIGTERM in a deferred run: raised as an op's error is
+            safe_points.check()
         if args and type(args[0]) is torch.Tensor and is_real_counter(args[0]):  # issue 24: real_counters.py
             out = run_real(func, args, kwargs or {})
         else:

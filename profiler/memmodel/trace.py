@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 
 from attnprof.profiler.records import Point
+from attnprof.profiler.safe_points import deferring
 
 
 @dataclass
@@ -34,6 +35,7 @@ class Trace:
     counts: dict = field(default_factory=dict)  # event kind -> how many
 
 
+@deferring  # Ctrl-C and SIGTERM wait for a safe point (profiler/safe_points.py)
 def record_trace(point: Point, *, sdpa_math: bool = False, seed: int = 0) -> Trace:
     """Run ``point`` once under FakeTensorMode with the tracing tracker; nothing is allocated.
 

@@ -33,6 +33,7 @@ import traceback
 from typing import Callable, Generator, Hashable, Optional
 
 from attnprof.profiler.collector import fewer_collections
+from attnprof.profiler.safe_points import deferred
 
 Chain = Generator  # yields a task, is sent step(task), returns its answer
 
@@ -160,7 +161,8 @@ def _here(board: Board, step: Callable, mine: set) -> list:
     while (got := board.take(mine)) is not None:
         i, task = got
         try:
-            result = step(task)
+            with deferred():  # a step is a fake run and its teardown: Ctrl-C waits for its end
+                result = step(task)
         except BaseException as exc:
             board.fail(exc)
             raise
