@@ -87,8 +87,37 @@ def build_scenario(scenario: Union[PathLike, Scenario, None] = None, *, base: Op
         sc = sc.override(description=f"{sc.description} [overridden: {told}]".strip())
     if sc.min_len > sc.max_len and not sc.seq_lens:
         raise UsageProblem(f"--min-len {sc.min_len} is above --max-len {sc.max_len}")
+    if given["variants"] is None:  # issue 24: the scenario's own list, not the caller's
+        sc = _leave_out_inapplicable(sc)
     _check_points(sc)
     return sc
+
+
+# --- issue 24: attention options a listed variant cannot take ---
+LEFT_OUT = "left out: "  # how the description says which of its variants a scenario could not run
+
+
+def _leave_out_inapplicable(sc: Scenario) -> Scenario:
+    """The scenario's variants (its file's list, or the built-ins), less those that cannot take
+    its attention options (LSH's shared QK and grouped KV heads: ``Attention.check_heads``),
+    each said in the description. Variants the caller named are never left out: those are
+    refused in one line (plan.check_attention_options), as is a scenario with none left."""
+    from attnprof.scenarios.plan import variant_specs
+    from attnprof.scenarios.variants.base import VariantError
+
+    if not sc.heads or not isinstance(sc.d_model, int) or sc.d_model % sc.heads:
+        return sc  # the shape's own checks say what is wrong
+    kept, reasons = [], []
+    for spec in variant_specs(sc):  # an empty list is every built-in
+        try:
+            spec.check_heads(sc.heads, sc.kv_heads, sc.d_model // sc.heads, sc.rope)
+        except VariantError as exc:
+            reasons.append(f"{spec.label} ({str(exc).splitlines()[0]})")
+        else:
+            kept.append(spec.label)
+    if not reasons or not kept:
+        return sc
+    return sc.override(variants=tuple(kept), description=f"{sc.description}; {LEFT_OUT}{'; '.join(reasons)}".strip("; "))
 
 
 # --- issue 24: precision ---
@@ -134,12 +163,17 @@ def _with_model_config(given: dict, sc: Scenario):
     return config
 
 
-def model_config_warnings(sc: Scenario) -> list:
-    """The warning a scenario built from a model config carries, where a key was not applied."""
+def scenario_warnings(sc: Scenario) -> list:
+    """The warnings a built scenario carries in its description: a model-config key this
+    build could not apply; variants left out because they cannot take its attention options."""
     from attnprof.scenarios.model_config import NOT_APPLIED
 
-    said = [part.split(" [overridden:")[0] for part in sc.description.split("; ") if part.startswith(NOT_APPLIED)]
-    return [f"warning: --model-config: {part}" for part in said]
+    parts = sc.description.split("; ")
+    said = [f"warning: --model-config: {part.split(' [overridden:')[0]}" for part in parts if part.startswith(NOT_APPLIED)]
+    if any(part.startswith(LEFT_OUT) for part in parts):
+        left = "; ".join(parts[[part.startswith(LEFT_OUT) for part in parts].index(True):])
+        said.append(f"note: {left}")  # the last part: added after every other
+    return said
 
 
 def listed(values: Union[str, Sequence[str], None]) -> Optional[tuple]:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
-from attnprof.api.overrides import PathLike, build_scenario, model_config_warnings, overridable, to_bytes
+from attnprof.api.overrides import PathLike, build_scenario, overridable, scenario_warnings, to_bytes
 from attnprof.arguments import UsageProblem, checked
 from attnprof.scenarios.fields import FIELDS
 from attnprof.scenarios.scenario import Scenario
@@ -131,7 +131,7 @@ def _predictions(scenario, overrides: dict, *, budget, gpus, gpu_files, resoluti
     budget_bytes = to_bytes(budget, "--budget") if budget is not None else None
     specs = named_gpus(gpus, gpu_files)  # unknown names fail before any work
     sc = build_scenario(scenario, base=Scenario(min_len=PREDICT_LEN, max_len=PREDICT_LEN), **overrides)
-    said = model_config_warnings(sc)  # issue 24: lm. A config key this build could not apply, said
+    said = scenario_warnings(sc)  # issue 24: a config key this build could not apply, variants left out
     min_len, max_len = overrides.get("min_len"), overrides.get("max_len")
     keys = [g.key for g in specs]
     labels = {g.key: g.label for g in specs if g.label != g.key}

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Union
 
 from attnprof.api.capacity import CAPACITY_SECONDS, capacity_for_report
-from attnprof.api.overrides import Log, PathLike, build_scenario, listed, overridable, quiet, to_bytes
+from attnprof.api.overrides import Log, PathLike, build_scenario, listed, overridable, quiet, scenario_warnings, to_bytes
 from attnprof.api.predicting import default_memory_limit, named_gpus
 from attnprof.api.reporting import REPORT_SECONDS, render
 from attnprof.arguments import UsageProblem, checked
@@ -106,6 +106,8 @@ def sweep(scenario: Union[PathLike, Scenario, None] = DEFAULT_SCENARIO, *, devic
 
     specs = named_gpus(gpus, gpu_files)  # unknown names fail before any work
     sc = build_scenario(DEFAULT_SCENARIO if scenario is None else scenario, **overrides)
+    for line in scenario_warnings(sc):  # issue 24: a config key not applied, variants left out
+        log(line)
     if capacity_seconds < 0:
         raise UsageProblem(f"capacity_seconds must not be negative, got {capacity_seconds}")
     if ray_cpus_per_point is not None and executor != "ray":

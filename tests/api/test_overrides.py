@@ -38,3 +38,21 @@ def test_head_dim_sets_d_model_and_excludes_it():
 def test_every_mistake_is_a_user_error(kwargs, message):
     with pytest.raises(UserError, match=message):
         api.build_scenario(**kwargs)
+
+
+def test_variants_nobody_named_that_cannot_take_grouped_kv_heads_are_left_out_and_said():
+    """issue 24: a GQA model config with the default variants predicts every variant that can
+    take it (LSH's shared QK cannot) and says which it left out; a named LSH is refused."""
+    from attnprof.api.overrides import scenario_warnings
+
+    sc = api.build_scenario(model_config="tinyllama-1.1b", seq_lens=[256])
+    assert "lsh" not in sc.variants and "sdpa" in sc.variants and "sliding_window" in sc.variants
+    said = scenario_warnings(sc)
+    assert len(said) == 1 and said[0].startswith("note: left out: lsh (") and "shares one tensor" in said[0]
+    named = api.build_scenario(model_config="tinyllama-1.1b", seq_lens=[256], variants="lsh,sdpa")
+    assert named.variants == ("lsh", "sdpa") and scenario_warnings(named) == []
+    with pytest.raises(UserError, match="shares one tensor for queries and keys"):
+        api.predict(model_config="tinyllama-1.1b", seq_lens=[256], variants="lsh,sdpa", layers=1)
+    ci = api.build_scenario("ci", kv_heads=1)  # a scenario file's own list is the scenario's, not the caller's
+    assert "lsh" not in ci.variants and ci.variants and scenario_warnings(ci)[0].startswith("note: left out: lsh")
+    assert scenario_warnings(api.build_scenario("ci")) == []  # nothing to leave out: nothing said
