@@ -28,6 +28,7 @@ import torch
 
 from attnprof.profiler.measure.fakemode import light_dynamo
 from attnprof.profiler.measure.flops import REGISTRY
+from attnprof.profiler.measure.optimizer import host_serials
 from attnprof.profiler.measure.step_marks import mark_step
 from attnprof.profiler.measure.tracker import LM_HEAD_LOSS, OP, MemoryTracker, tensors_in
 from attnprof.profiler.records import Point
@@ -284,6 +285,9 @@ class Traced:
     step_params: list = field(default_factory=list)
     peak_op: str = ""  # issue 24: the op whose output reached the peak, and its pass (MemoryReport's)
     peak_pass: str = ""
+    # issue 24: serials of the storages a GPU keeps on the host (the optimizer's step counters and
+    # what a foreach step adds to them: optimizer.host_serials); the GPU's events leave them out
+    host_serials: frozenset = frozenset()
 
     def op_rows(self) -> list:
         """Every op of the run in order, one row each: (trace position, pass, op, flops,
@@ -336,12 +340,13 @@ def trace_point(point: Point, *, marks: bool = False, count_flops: bool = True, 
         marker = Marks(tracer, work, work.spec.layer_period()) if marks and point.scope == "model" else None
         backward_at = []
 
-        step_params = []
+        step_params, step_at = [], []
 
         def phase(name: str) -> None:
             if name == "backward":
                 backward_at.append(len(tracer.trace))
             if name == "step":
+                step_at.append(len(tracer.trace))
                 step_params.extend(_layouts(marker.groups() if marker is not None and marker.ok else [work.params]))
             if marker is not None:
                 marker.start({"forward": "fwd", "backward": "bwd"}.get(name, name))
@@ -356,10 +361,11 @@ def trace_point(point: Point, *, marks: bool = False, count_flops: bool = True, 
         report = tracer.report()
         categories = tracer.categories()
         origins = tracer.origins()
+        host = host_serials(tracer, getattr(work, "optimizer", None), step_at[0] if step_at else None)
     return Traced(point, report.peak_bytes, report.breakdown_bytes, report.largest_at_peak, tracer.trace[:end],
                   tracer.flops, tracer.reads, backward_at[0] if backward_at else end, categories, origins,
                   marker.periods if marker is not None and marker.ok else 0, (time.perf_counter() - start) * 1e3,
-                  tracer.io, step_params, report.peak_op, report.peak_pass)
+                  tracer.io, step_params, report.peak_op, report.peak_pass, host)
 
 
 def _layouts(groups: list) -> list:

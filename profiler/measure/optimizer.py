@@ -188,6 +188,37 @@ def states(optimizer: torch.optim.Optimizer, param: torch.Tensor) -> list:
     return [v for v in optimizer.state.get(param, {}).values() if isinstance(v, torch.Tensor)]
 
 
+def on_device(point, device: str):
+    """``point`` as ``device`` ("cuda", "cuda:1", "cpu") steps it: ``optimizer_impl`` ""
+    resolved to that device's default (foreach on CUDA where torch has the kernels), so a
+    CPU-traced run steps as that device would. The point itself on the CPU (a CPU trace
+    resolves "" so already), without an optimizer, or with an implementation named."""
+    from dataclasses import replace
+
+    shape, kind = point.shape, str(device).split(":")[0]
+    if kind == "cpu" or shape.optimizer == "none" or shape.optimizer_impl:
+        return point
+    return replace(point, shape=replace(shape, optimizer_impl=default_impl(kind)))
+
+
+def host_serials(tracker, optimizer: Optional[torch.optim.Optimizer], step_at: Optional[int]) -> frozenset:
+    """The tracker's serials of the storages a GPU step keeps on the host, which take no
+    device memory: the optimizer's step counters (``host_counters``), and, where there are
+    such, the 0-dim ``torch.tensor(1.0, device="cpu")`` a foreach AdamW adds to them
+    (torch/optim/adam.py, ``_multi_tensor_adam``: ``torch._foreach_add_(steps, ...)``),
+    found in the step pass from trace position ``step_at`` as the 0-dim tensors
+    ``lift_fresh`` made there; no other step torch.optim runs here makes a tensor with
+    ``torch.tensor``. Empty without an optimizer."""
+    from attnprof.profiler.measure.tracker import ALLOC
+
+    host = set(tracker.live_serials(host_counters(optimizer)))
+    if host and step_at is not None and tracker.trace is not None:
+        origins = tracker.origins()
+        host |= {e[1] for e in tracker.trace[step_at:]
+                 if e[0] == ALLOC and e[3].startswith("lift_fresh") and origins[e[1]][1] == ()}
+    return frozenset(host)
+
+
 def host_counters(optimizer: Optional[torch.optim.Optimizer]) -> list:
     """The step counters torch keeps on the host whatever the parameters' device: AdamW's
     0-dim ``step`` where a group is neither fused nor capturable (``_init_group`` makes it

@@ -154,6 +154,20 @@ def _has_sdpa(events: list) -> bool:
     return any(e[0] == OP and e[1].split(".", 1)[0] == CPU_FLASH_FWD for e in events)
 
 
+def sdpa_choice(point: Point, gpu: GpuSpec, events: Optional[list] = None):
+    """The SDPA backend ``gpu`` would run for ``point`` (memmodel/sdpa_choice.py), None where
+    ``events`` (its trace) call no SDPA: by the dtype the traced SDPA ran in (under autocast
+    the low-precision one, issue 24), else the autocast dtype or the parameters'; grouped K/V
+    heads as the point has them. One rule for the memory model, the timeline and the time
+    model's rates."""
+    if events is not None and not _has_sdpa(events):
+        return None
+    shape = point.shape
+    dtype = _sdpa_dtype(events or [], shape.autocast or shape.dtype)
+    return choose_sdpa_backend(gpu, dtype, shape.head_dim, requires_grad=not point.forward_only,
+                               grouped_kv=shape.n_kv_heads != shape.heads)
+
+
 def _sdpa_dtype(events: list, default: str) -> str:
     """The dtype the traced SDPA's query had: under autocast (issue 24: Shape.autocast) it is
     the low-precision one, not the parameters' ``Shape.dtype``; ``default`` if the trace does not say."""
@@ -216,10 +230,8 @@ def gpu_memory(point: Point, gpu: GpuSpec, cache: Optional[TraceCache] = None,
     trace = cache.get(point)
     cpu_peak = trace.tensor_peak_bytes  # the CPU kernels' peak: predicted_peak_bytes
     backend, reason = "", "the variant calls no scaled_dot_product_attention"
-    if _has_sdpa(trace.events):
-        shape = point.shape
-        choice = choose_sdpa_backend(gpu, _sdpa_dtype(trace.events, shape.dtype), shape.head_dim,
-                                     requires_grad=not point.forward_only, grouped_kv=shape.n_kv_heads != shape.heads)
+    choice = sdpa_choice(point, gpu, trace.events)
+    if choice is not None:
         backend, reason = choice.backend, choice.reason
         if backend == "math":
             trace = cache.get(point, sdpa_math=True)

@@ -11,7 +11,7 @@ means what torch.optim picks for CUDA parameters (foreach where torch has the ke
 profiler/measure/optimizer.py). Its 0-dim ``step`` tensors, which torch keeps on the host
 unless fused or capturable (``optimizer.host_counters``), are left out of the events: they
 take no device memory; nor does the 0-dim ``torch.tensor(1.0)`` a foreach step adds to them
-(``_host_scalars``). The tracker's own peak (``tensor_peak_bytes``, the CPU run's) still
+(``optimizer.host_serials``). The tracker's own peak (``tensor_peak_bytes``, the CPU run's) still
 counts them.
 """
 
@@ -48,7 +48,7 @@ def record_trace(point: Point, *, sdpa_math: bool = False, seed: int = 0) -> Tra
     from attnprof.profiler.measure.drive import drive
     from attnprof.profiler.measure.fakemode import light_dynamo
     from attnprof.profiler.measure.internals import new_fake_mode
-    from attnprof.profiler.measure.optimizer import host_counters
+    from attnprof.profiler.measure.optimizer import host_serials
     from attnprof.profiler.measure.tracker import ALLOC, FREE, MemoryTracker
     from attnprof.profiler.measure.workload import Workload
 
@@ -72,9 +72,7 @@ def record_trace(point: Point, *, sdpa_math: bool = False, seed: int = 0) -> Tra
                     step_at.append(len(tracker.trace))
 
             drive(work, tracker, phase=phase)
-            host = set(tracker.live_serials(host_counters(getattr(work, "optimizer", None))))  # issue 24: not on the device
-            if host and step_at:  # the foreach step's own host scalar: torch.tensor(1.0, device="cpu")
-                host |= _host_scalars(tracker.trace[step_at[0]:], tracker.origins())
+            host = host_serials(tracker, getattr(work, "optimizer", None), step_at[0] if step_at else None)  # issue 24
         peak = tracker.peak_bytes
         events = [e for e in tracker.trace if not (host and e[0] in (ALLOC, FREE) and e[1] in host)]
     counts: dict = {}
@@ -82,13 +80,3 @@ def record_trace(point: Point, *, sdpa_math: bool = False, seed: int = 0) -> Tra
         counts[e[0]] = counts.get(e[0], 0) + 1
     return Trace(point, events, peak, sdpa_math, (time.perf_counter() - start) * 1e3, counts)
 
-
-def _host_scalars(step_events: list, origins: dict) -> set:
-    """The serials of the 0-dim tensors ``torch.tensor`` made in the step pass (``lift_fresh``).
-    Where the counters are on the host, torch's foreach AdamW adds one to them with
-    ``torch._foreach_add_(steps, torch.tensor(1.0, device="cpu"))`` (torch/optim/adam.py,
-    ``_multi_tensor_adam``): a host scalar, no device memory. No other step torch.optim runs
-    here makes a tensor with ``torch.tensor``."""
-    from attnprof.profiler.measure.tracker import ALLOC
-
-    return {e[1] for e in step_events if e[0] == ALLOC and e[3].startswith("lift_fresh") and origins[e[1]][1] == ()}

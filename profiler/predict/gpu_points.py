@@ -11,6 +11,7 @@ from dataclasses import replace
 from typing import Optional
 
 from attnprof.profiler.hardware.gpus import GpuSpec
+from attnprof.profiler.measure.optimizer import on_device
 from attnprof.profiler.memmodel.gpu_peak import GPU_FIELDS, GpuPrediction, TraceCache, gpu_memory
 from attnprof.profiler.predict.fake_run import predict
 from attnprof.profiler.predict.pool import spread
@@ -28,7 +29,8 @@ def predict_gpu(point: Point, gpu: GpuSpec, cache: Optional[TraceCache] = None,
 
     cache = cache or TraceCache()
     prediction = gpu_memory(point, gpu, cache, limit_bytes)
-    op_costs = cache.memo("op_costs", point, lambda p: predict(p).op_costs)
+    # issue 24: its step as that GPU runs it (optimizer_impl "" is foreach on CUDA, the for-loop on the CPU)
+    op_costs = cache.memo("op_costs", point, lambda p: predict(on_device(p, "cuda")).op_costs)
     prediction.times = gpu_time_fields(point, op_costs, gpu, prediction.sdpa_backend)
     return prediction
 

@@ -69,14 +69,11 @@ def rates_for_point(settings: dict, point: Point):
         return rates_from_dict(settings["time_rates"])
     if settings.get("time_gpu"):
         from attnprof.profiler.hardware.gpus import get_gpu
-        from attnprof.profiler.memmodel.sdpa_choice import choose_sdpa_backend
+        from attnprof.profiler.memmodel.gpu_peak import sdpa_choice
         from attnprof.profiler.timemodel.rates import gpu_rates
 
         gpu = get_gpu(settings["time_gpu"])
-        s = point.shape
-        backend = choose_sdpa_backend(gpu, s.dtype, s.head_dim, requires_grad=not point.forward_only,
-                                      grouped_kv=s.n_kv_heads != s.heads).backend  # issue 24
-        return gpu_rates(gpu, backend)
+        return gpu_rates(gpu, sdpa_choice(point, gpu).backend)  # issue 24: autocast's dtype, grouped K/V
     return None
 
 
@@ -91,6 +88,7 @@ def add_time_fields(record, point: Point, op_costs: list, settings: dict) -> Non
 def predicted_step_ms(point: Point, settings: dict) -> Optional[float]:
     """The model's forward + backward ms of ``point`` (its prediction is cached on disk, so
     the worker that measures it later reads it back), or None."""
+    from attnprof.profiler.measure.optimizer import on_device
     from attnprof.profiler.predict.fake_run import predict
     from attnprof.profiler.timemodel.fields import point_time
 
@@ -98,7 +96,7 @@ def predicted_step_ms(point: Point, settings: dict) -> Optional[float]:
     if rates is None:
         return None
     try:
-        t = point_time(point, predict(point).op_costs, rates)
+        t = point_time(point, predict(on_device(point, settings.get("device", "cpu"))).op_costs, rates)
     except Exception:  # noqa: BLE001 - a plug-in that breaks under fake tensors: its worker will say so
         return None
     return None if t is None else t.time_ms

@@ -32,6 +32,7 @@ from typing import Callable, Optional
 
 from attnprof.profiler import safeio
 from attnprof.profiler.forks import usable_cores
+from attnprof.profiler.measure.optimizer import on_device
 from attnprof.profiler.predict.fake_run import predict
 from attnprof.profiler.runner.executors import EXECUTORS, Executor, make_executor
 from attnprof.profiler.runner.interrupts import Interrupted, Interrupts
@@ -145,7 +146,7 @@ def _skipped(point: Point, settings: SweepSettings, reason: str, status: str = "
             setattr(record, name, value)
     if not shape_problem(point):
         try:
-            acc = predict(point)
+            acc = predict(on_device(point, settings.device))  # issue 24: the step as the device runs it
         except Exception as exc:  # noqa: BLE001 - e.g. a plug-in that breaks under fake tensors
             from attnprof.profiler.runner.worker import one_line
 

@@ -26,6 +26,7 @@ import torch
 
 from attnprof.profiler.lifeline import die_with_parent
 from attnprof.profiler.measure.accounting import account
+from attnprof.profiler.measure.optimizer import on_device
 from attnprof.profiler.predict.fake_run import predict
 from attnprof.profiler.runner.estimate import add_time_fields
 from attnprof.profiler.records import Point, PointRecord
@@ -113,7 +114,7 @@ def measure_point(point: Point, settings: dict) -> PointRecord:
     try:
         record.reason = scope_note(point)  # how the point was measured, when it needs saying
         record.kv_repeat = kv_repeat(point)  # issue 24: how K/V reached the query heads
-        pred = predict(point)
+        pred = predict(on_device(point, device))  # issue 24: the step as this device runs it
         record.predicted_peak_bytes = pred.peak_bytes
         record.predicted_breakdown_bytes = pred.breakdown_bytes
         record.predicted_peak_op, record.predicted_peak_pass = pred.peak_op, pred.peak_pass  # issue 24: peak split

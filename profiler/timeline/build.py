@@ -18,7 +18,8 @@ from typing import Optional
 
 from attnprof.profiler.hardware.gpus import GpuSpec
 from attnprof.profiler.measure.drive import trace_point
-from attnprof.profiler.measure.tracker import MARK, OP
+from attnprof.profiler.measure.optimizer import on_device
+from attnprof.profiler.measure.tracker import ALLOC, FREE, MARK, OP
 from attnprof.profiler.records import Point
 from attnprof.profiler.timeline.allocations import Allocations, simulated, synthetic
 from attnprof.profiler.timeline.module_marks import module_marks, modules_of
@@ -50,18 +51,16 @@ def point_timeline(point: Point, gpu: Optional[GpuSpec] = None, rates: Optional[
     from attnprof.scenarios.variants.registry import spec_of, with_spec
 
     point = with_spec(point)
-    with module_marks():
-        traced = trace_point(point, marks=True)
+    with module_marks():  # issue 24: on a GPU, its optimizer implementation (foreach by default)
+        traced = trace_point(point if gpu is None else on_device(point, "cuda"), marks=True)
     period = spec_of(point).layer_period()
     backend = ""
     if gpu is not None:
-        from attnprof.profiler.memmodel.gpu_peak import _has_sdpa
-        from attnprof.profiler.memmodel.sdpa_choice import choose_sdpa_backend
+        from attnprof.profiler.memmodel.gpu_peak import sdpa_choice
         from attnprof.profiler.timemodel.rates import gpu_rates
 
-        if _has_sdpa(traced.trace):
-            backend = choose_sdpa_backend(gpu, point.shape.dtype, point.shape.head_dim,
-                                          requires_grad=not point.forward_only).backend
+        choice = sdpa_choice(point, gpu, traced.trace)  # the GPU memory model's own rule
+        backend = choice.backend if choice is not None else ""
         rates = gpu_rates(gpu, backend or "flash")
     steps = lay_out(traced, rates, period)
     notes = list(steps.notes)
@@ -87,9 +86,12 @@ def _gpu_events(point: Point, traced, steps: Steps, gpu: GpuSpec, backend: str) 
 
         marked = record_trace(point, sdpa_math=True).events
         notes.append("SDPA on the math path: its trace recorded apart, its events placed by op share")
-    else:
-        marked = list(traced.trace)
-        marked.insert(traced.backward_at, (MARK, "backward"))  # where substitute's backward starts
+    else:  # issue 24: the optimizer's host-resident counters take no device memory (as gpu_memory's trace)
+        host = traced.host_serials
+        marked = [e for e in traced.trace if not (host and e[0] in (ALLOC, FREE) and e[1] in host)]
+        at = traced.backward_at - sum(1 for e in traced.trace[:traced.backward_at]
+                                      if host and e[0] in (ALLOC, FREE) and e[1] in host)
+        marked.insert(at, (MARK, "backward"))  # where substitute's backward starts
     sub = substitute(marked, gpu, backend or "math")
     events = sub.events
     notes += sub.notes

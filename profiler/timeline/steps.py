@@ -90,7 +90,7 @@ def lay_out(traced: Traced, rates: Optional[Rates], period: int = 1) -> Steps:
     for at, pass_, name, flops, read, written in traced.op_rows():
         if not (flops or read or written):
             continue  # costs nothing, launches no kernel: not in the time model's rows either
-        dur_s = (op_time_s(pass_, name, flops, read, written, rates, shape.dtype, shape.head_dim)
+        dur_s = (op_time_s(pass_, name, flops, read, written, rates, shape.compute_dtype, shape.head_dim)
                  if rates is not None else None)
         if dur_s is None and timed:
             timed = False

@@ -5,6 +5,7 @@ import pytest
 from timeline_points import RATES, point, timeline_of, small  # noqa: F401 (fixtures)
 
 from attnprof.profiler.hardware.gpus import get_gpu
+from attnprof.profiler.measure.optimizer import on_device
 from attnprof.profiler.memmodel.gpu_peak import gpu_memory
 from attnprof.profiler.predict.fake_run import predict
 from attnprof.profiler.predict.gpu_points import predict_gpu
@@ -13,12 +14,14 @@ from attnprof.profiler.timemodel.rates import gpu_rates
 
 CPU_POINTS = [point(), point(mode="checkpoint"), point(mode="reversible"), point(layers=4),  # 4 > 3 periods: composed
               point("sdpa", dtype="bfloat16", d_model=64), point("sdpa", "none", "attention"),
-              point(forward_only=True)]
+              point(forward_only=True),
+              point("sdpa", d_model=64, optimizer="adamw", autocast="bfloat16")]  # issue 24: AMP's compute dtype
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("p", CPU_POINTS, ids=lambda p: f"{p.variant}-{p.mode}-{p.scope}-L{p.shape.layers}"
-                                                        f"{'-fwd' if p.forward_only else ''}")
+                                                        f"{'-fwd' if p.forward_only else ''}"
+                                                        f"{'-amp-' + p.shape.optimizer if p.shape.autocast else ''}")
 def test_the_tensor_peak_and_the_step_time_are_the_predictions(p):
     t = timeline_of(p)
     acc = predict(p)
@@ -30,8 +33,13 @@ def test_the_tensor_peak_and_the_step_time_are_the_predictions(p):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("p", [point("sdpa", dtype="bfloat16", d_model=64), point(), point(mode="checkpoint"),
-                               point("sdpa", dtype="float64", d_model=64)],
-                         ids=["sdpa-bf16", "full", "full-checkpoint", "sdpa-fp64-math"])
+                               point("sdpa", dtype="float64", d_model=64),
+                               # issue 24: the GPU's optimizer (foreach), its host-resident counters, autocast's SDPA
+                               point("sdpa", d_model=64, optimizer="adamw"),
+                               point("sdpa", d_model=64, optimizer="adamw", autocast="bfloat16"),
+                               point("full", optimizer="sgd", mode="checkpoint")],
+                         ids=["sdpa-bf16", "full", "full-checkpoint", "sdpa-fp64-math", "sdpa-adamw",
+                              "sdpa-amp-adamw", "full-sgd-checkpoint"])
 def test_on_a_gpu_the_allocator_peaks_and_the_step_time_are_the_models(p):
     gpu = get_gpu("h100-sxm")
     t = timeline_of(p, "h100-sxm")
@@ -41,7 +49,7 @@ def test_on_a_gpu_the_allocator_peaks_and_the_step_time_are_the_models(p):
     assert t.allocations.tensor_peak_bytes == model.tensor_peak_bytes
     times = predict_gpu(p, gpu).times  # rounded to 0.1 us; the model's own sum below
     assert t.steps.step_us == pytest.approx((times["gpu_time_fwd_ms"] + times["gpu_time_bwd_ms"]) * 1e3, abs=0.2)
-    exact = point_time(p, predict(p).op_costs, gpu_rates(gpu, model.sdpa_backend or "flash"))
+    exact = point_time(p, predict(on_device(p, "cuda")).op_costs, gpu_rates(gpu, model.sdpa_backend or "flash"))
     assert t.steps.step_us == pytest.approx(exact.time_ms * 1e3, rel=1e-9)
 
 

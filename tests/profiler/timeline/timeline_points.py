@@ -21,9 +21,10 @@ HOSTILE = "full\x1b[2J\n\u202e/../../etc/passwd\x00"
 
 
 def point(variant="full", mode="plain", scope="model", n=128, layers=2, dtype="float32", heads=2, d_model=32,
-          forward_only=False) -> Point:
+          forward_only=False, **later) -> Point:
+    """``later``: the training-step Shape fields (issue 24: optimizer, autocast, ...)."""
     return Point(variant, mode, scope, Shape(seq_len=n, batch=1, d_model=d_model, heads=heads, layers=layers,
-                                             dtype=dtype), forward_only)
+                                             dtype=dtype, **later), forward_only)
 
 
 @functools.lru_cache(maxsize=None)
