@@ -139,8 +139,9 @@ def _fresh(fn, *args):
 @deferring  # Ctrl-C and SIGTERM wait for a safe point (profiler/safe_points.py)
 def tiny_trace(mode_cls) -> tuple:
     """The tracker's events and every output's layout for a few ops of each kind the fast
-    path touches: views of contiguous, offset, transposed and expanded tensors (quick view),
-    repeated ops (the memoised key, hit on the second layer), matmuls, softmax, backward
+    path touches: views of contiguous, offset, transposed and expanded tensors (quick view,
+    native views), repeated ops (the memoised key, hit on the second layer; one shape in two
+    layouts), matmuls, softmax, backward
     (forward only in a CUDA-build process that may still fork: see the code)."""
     import torch
 
@@ -169,6 +170,7 @@ def tiny_trace(mode_cls) -> tuple:
         keep(h[:, 2:5].view(2, -1))  # a view at an offset
         keep(h[:, :1].expand(2, 8, 16).reshape(16, 16))  # stride 0
         keep(x.transpose(0, 1).reshape(8, 2, 2, 8))  # a copy: not viewable
+        keep(w.clone()), keep(w.t().clone())  # one shape, two layouts: the memo must tell them apart
         if backward:
             h.sum().backward()
             keep(x.grad)

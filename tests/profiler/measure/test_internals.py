@@ -61,15 +61,17 @@ def test_a_missing_internal_turns_the_fast_path_off(monkeypatch, capsys):
 
 
 def test_a_changed_view_internal_is_caught(monkeypatch, capsys):
-    """A torch whose views would come out at another offset than ATen's (simulated by a
-    quick view that drops the storage offset): the tiny trace differs."""
-    original = quickfake.quick_view
+    """A torch whose views would come out at another offset than ATen's (simulated by native
+    views that drop the storage offset): the tiny trace differs."""
+    original = quickfake.native_view
 
-    def at_offset_zero(fake_mode, a, shape):
-        out = original(fake_mode, a, shape)
-        return None if out is None else torch.ops.aten.as_strided.default(a, out.shape, out.stride(), 0)
+    def at_offset_zero(fake_mode, func, args, kwargs):
+        out = original(fake_mode, func, args, kwargs)
+        if out is None or func is torch.ops.aten.as_strided.default:
+            return out
+        return torch.ops.aten.as_strided.default(args[0], out.shape, out.stride(), 0)
 
-    monkeypatch.setattr(quickfake, "quick_view", at_offset_zero)
+    monkeypatch.setattr(quickfake, "native_view", at_offset_zero)
     assert "different tensors" in _steps_aside(capsys)
 
 

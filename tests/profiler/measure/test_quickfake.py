@@ -114,8 +114,15 @@ def test_quick_views_are_torchs_views(op, fresh_memo):
 
 def test_quick_views_take_the_native_path_and_leave_the_rest_to_torch(monkeypatch, fresh_memo):
     answered = []
-    original = quickfake.quick_view
-    monkeypatch.setattr(quickfake, "quick_view", lambda *a: answered.append(original(*a)) or answered[-1])
+    original = quickfake.native_view
+
+    def spy(fake_mode, func, args, kwargs):
+        out = original(fake_mode, func, args, kwargs)
+        if func is torch.ops.aten.view.default:
+            answered.append(out)
+        return out
+
+    monkeypatch.setattr(quickfake, "native_view", spy)
     with QuickFakeTensorMode():
         x = torch.empty(2, 6, 4, 8)
         x.view(12, 32)
@@ -125,16 +132,78 @@ def test_quick_views_take_the_native_path_and_leave_the_rest_to_torch(monkeypatc
     assert answered[0] is not None and answered[1] is None and answered[2] is None
 
 
+# --- view ops natively: their own meta kernel, as torch's path runs it -------------------------
+def _native_cases():
+    """(name, the view of a (2, 6, 4, 8) fake x, sliced at an offset where it says so)."""
+    aten = torch.ops.aten
+    return [
+        ("t", lambda x: aten.t.default(x[0, 0])), ("transpose", lambda x: x[:, 1:].transpose(1, 3)),
+        ("detach", lambda x: x[1:].detach()), ("expand", lambda x: x[:, :, :1].expand(2, 6, 5, 8)),
+        ("permute", lambda x: x[:, 2:].permute(3, 0, 2, 1)), ("unsqueeze", lambda x: x[1:].unsqueeze(2)),
+        ("alias", lambda x: aten.alias.default(x[:, 3:])),
+        ("as_strided", lambda x: x.as_strided((3, 4), (8, 1), 5)), ("view", lambda x: x[1:].view(6, 32)),
+    ]
+
+
+def _native(mode_cls) -> list:
+    FakeTensorMode.cache.clear()
+    QuickFakeTensorMode.swap_memo({})
+    out = []
+    with mode_cls():
+        x = torch.empty(2, 6, 4, 8, requires_grad=True)
+        for name, make in _native_cases():
+            v = make(x)
+            out.append((name, type(v).__name__, tuple(v.shape), v.stride(), v.storage_offset(), v.dtype, str(v.device),
+                        v.untyped_storage()._cdata == x.untyped_storage()._cdata, v.requires_grad, v._is_view()))
+    return out
+
+
+def test_native_views_are_torchs_views(monkeypatch, fresh_memo):
+    answered = []
+    original = quickfake.native_view
+    monkeypatch.setattr(quickfake, "native_view", lambda *a: answered.append(a[1]) or original(*a))
+    quick = _native(QuickFakeTensorMode)
+    assert {str(op).split(".")[1] for op in answered} >= {"t", "transpose", "detach", "expand", "permute",
+                                                           "unsqueeze", "alias", "as_strided", "view"}
+    monkeypatch.setattr(QuickFakeTensorMode, "enabled", False)  # torch's own path for every op
+    assert quick == _native(FakeTensorMode) == _native(QuickFakeTensorMode)
+
+
+def test_mutation_a_native_view_at_the_wrong_offset_is_caught(monkeypatch, fresh_memo):
+    def at_offset_zero(fake_mode, func, args, kwargs):
+        out = original(fake_mode, func, args, kwargs)
+        if out is None or func is torch.ops.aten.as_strided.default:
+            return out
+        return torch.ops.aten.as_strided.default(args[0], out.shape, out.stride(), 0)
+
+    original = quickfake.native_view
+    plain = _native(FakeTensorMode)
+    monkeypatch.setattr(quickfake, "native_view", at_offset_zero)
+    assert _native(QuickFakeTensorMode) != plain
+
+
+def test_only_ops_torch_runs_through_their_meta_kernel_are_native(monkeypatch):
+    """An op torch decomposes in Python for static sizes (squeeze.dim), one with a special fake
+    implementation (select, slice) or several outputs (split) keeps torch's path."""
+    monkeypatch.setattr(quickfake, "_VIEW_CANDIDATES", quickfake._VIEW_CANDIDATES +
+                        ("squeeze.dim", "select.int", "slice.Tensor", "split.Tensor", "no_such.op"))
+    monkeypatch.setattr(quickfake, "_NATIVE", {})
+    names = {str(op) for op in quickfake.native_views(QuickFakeTensorMode())}
+    assert "aten.transpose.int" in names and "aten.view.default" in names
+    assert not names & {"aten.squeeze.dim", "aten.select.int", "aten.slice.Tensor", "aten.split.Tensor"}
+
+
 def test_mutation_a_quick_view_without_the_storage_offset_is_caught(monkeypatch, fresh_memo):
     def at_offset_zero(fake_mode, a, shape):
         out = original(fake_mode, a, shape)
         return None if out is None else torch.ops.aten.as_strided.default(a, out.shape, out.stride(), 0)
 
     original = quickfake.quick_view
-    assert _views(QuickFakeTensorMode) == _views(FakeTensorMode)
+    unsafe = torch.ops.aten._unsafe_view.default  # (view itself takes the native path: tested below)
+    assert _views(QuickFakeTensorMode, unsafe) == _views(FakeTensorMode, unsafe)
     QuickFakeTensorMode.swap_memo({})
     monkeypatch.setattr(quickfake, "quick_view", at_offset_zero)
-    assert _views(QuickFakeTensorMode) != _views(FakeTensorMode)
+    assert _views(QuickFakeTensorMode, unsafe) != _views(FakeTensorMode, unsafe)
 
 
 def test_every_unsafe_view_is_answered_before_torchs_cache(monkeypatch, fresh_memo):
