@@ -18,6 +18,13 @@ POINTS = [Point(label, mode, "model", Shape(batch=2, seq_len=1024, d_model=64, h
                                      ("sparse_fixed[summary=4]", "plain", "float32"), ("talking_heads", "reversible",
                                                                                         "float32"),
                                      ("sliding_window[window=128]", "checkpoint", "float32")]]
+POINTS += [  # issue 24: the training step's ops (grouped K/V through expand, RoPE, SwiGLU, RMSNorm, the LM head;
+    # autocast: test_quickfake_amp.py, whose frees at autocast's exit come in an order that changes from run to run)
+    Point("sdpa", "reversible", "model", Shape(batch=1, seq_len=512, d_model=64, heads=4, layers=3, kv_heads=2,
+                                                rope=True, mlp="swiglu", norm="rmsnorm", optimizer="adamw")),
+    Point("full", "checkpoint", "model", Shape(batch=1, seq_len=256, d_model=64, heads=4, layers=2, kv_heads=1,
+                                                vocab=128, loss_chunks=2, optimizer="sgd", dtype="bfloat16")),
+]
 
 
 def recorded(point: Point) -> tuple:
