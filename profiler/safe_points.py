@@ -57,9 +57,10 @@ def handler(signum, frame) -> None:
 
 
 def check() -> None:
-    """Raise the pending KeyboardInterrupt (once); call only where an exception is safe."""
+    """Raise the pending KeyboardInterrupt (once), on the main thread (where the signal came);
+    call only where an exception is safe."""
     global PENDING
-    if PENDING:
+    if PENDING and threading.current_thread() is threading.main_thread():
         PENDING = False
         raise KeyboardInterrupt
 
@@ -94,8 +95,9 @@ def install() -> None:
 def deferred():
     """A region where SIGINT/SIGTERM wait (see the module docstring): enter it before any
     dispatch mode, leave it after the last one; it raises the pending KeyboardInterrupt
-    as it starts and ends (the outermost region only). Nests; does nothing off the main
-    thread."""
+    as it starts and ends (the outermost region only), also in place of another exception
+    that ends it (the signal is the caller's answer; none is left for an unrelated call).
+    Nests; does nothing off the main thread."""
     global DEPTH
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -104,17 +106,32 @@ def deferred():
     if outermost:
         check()
     took = outermost and signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    if took:
-        signal.signal(signal.SIGINT, handler)
     DEPTH += 1
+    left = False
     try:
-        yield
-    finally:
-        DEPTH -= 1
         if took:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+            signal.signal(signal.SIGINT, handler)
+        yield
+    except Exception:
+        left = _leave(took)
+        if outermost:
+            check()  # a signal came: the KeyboardInterrupt, in place of (and chained to) this exception
+        raise
+    finally:
+        if not left:
+            _leave(took)
     if outermost:
         check()
+
+
+def _leave(took: bool) -> bool:
+    """A region's end: Python's SIGINT handler back first (where the region took it), then
+    the depth, so a signal in between still finds the region deferring."""
+    global DEPTH
+    if took:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    DEPTH -= 1
+    return True
 
 
 def deferring(fn: Callable) -> Callable:

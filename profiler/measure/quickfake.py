@@ -53,7 +53,12 @@ from __future__ import annotations
 import inspect
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, in_kernel_invocation_manager
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+try:  # torch's own context for running a meta kernel on fake tensors (native_view)
+    from torch._subclasses.fake_tensor import in_kernel_invocation_manager
+except ImportError:  # another torch: no native views
+    in_kernel_invocation_manager = None
 
 _SCALARS = (bool, int, float, str, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format)
 _EXPECTED = ["self", "state", "func", "args", "kwargs"]
@@ -146,7 +151,7 @@ class QuickFakeTensorMode(CpuFakeTensorMode):
         return key
 
     def _cached_dispatch_impl(self, func, types, args, kwargs):
-        if func in native_views(self) and self.enabled and self.shape_env is None and not self.propagate_real_tensors:
+        if self.enabled and self.shape_env is None and not self.propagate_real_tensors and func in native_views(self):
             out = native_view(self, func, args, kwargs)  # the view ops: their own meta kernel, as torch runs it
             if out is not None:
                 return out
@@ -262,28 +267,39 @@ def native_views(mode) -> frozenset:
     layout ``quick_view`` already stands in for with ATen's meta view: it qualifies too."""
     found = _NATIVE.get("ops")
     if found is None:
-        from torch._decomp import decomposition_table, meta_table
-        from torch._subclasses import fake_impls
-        from torch._subclasses.fake_tensor import torch_decomp_decompositions
-
-        def qualifies(op) -> bool:
-            special = any(check(op) for check, _ in fake_impls.op_implementations_checks)
-            prefers_python = (op not in meta_table and not FakeTensorMode.cpp_meta_supports_symint(mode, op)
-                              and op in decomposition_table and torch_decomp_decompositions(op))
-            return (op.is_view and len(op._schema.returns) == 1 and not prefers_python
-                    and not torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd")
-                    and "prims::" not in op._schema.name and fake_impls.has_meta(op)
-                    and torch._library.simple_registry.singleton.find(op.name()).fake_impl.kernel is None
-                    and (not special or op is torch.ops.aten.view.default))
-
-        ops = []
-        for name in _VIEW_CANDIDATES:
-            packet, overload = name.split(".")
-            op = getattr(getattr(torch.ops.aten, packet, None), overload, None)
-            if op is not None and qualifies(op):
-                ops.append(op)
-        found = _NATIVE["ops"] = frozenset(ops)
+        try:
+            found = _qualifying(mode)
+        except (AttributeError, ImportError, TypeError, RuntimeError):  # another torch's internals: none
+            found = frozenset()
+        _NATIVE["ops"] = found
     return found
+
+
+def _qualifying(mode) -> frozenset:
+    """``native_views``' answer, read from this torch (see there)."""
+    if in_kernel_invocation_manager is None:
+        return frozenset()
+    from torch._decomp import decomposition_table, meta_table
+    from torch._subclasses import fake_impls
+    from torch._subclasses.fake_tensor import torch_decomp_decompositions
+
+    def qualifies(op) -> bool:
+        special = any(check(op) for check, _ in fake_impls.op_implementations_checks)
+        prefers_python = (op not in meta_table and not FakeTensorMode.cpp_meta_supports_symint(mode, op)
+                          and op in decomposition_table and torch_decomp_decompositions(op))
+        return (op.is_view and len(op._schema.returns) == 1 and not prefers_python
+                and not torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd")
+                and "prims::" not in op._schema.name and fake_impls.has_meta(op)
+                and torch._library.simple_registry.singleton.find(op.name()).fake_impl.kernel is None
+                and (not special or op is torch.ops.aten.view.default))
+
+    ops = []
+    for name in _VIEW_CANDIDATES:
+        packet, overload = name.split(".")
+        op = getattr(getattr(torch.ops.aten, packet, None), overload, None)
+        if op is not None and qualifies(op):
+            ops.append(op)
+    return frozenset(ops)
 
 
 def native_view(fake_mode, func, args, kwargs):

@@ -119,7 +119,9 @@ def _run(step: Callable, chains: list, workers: int, rank: Callable, warm_key: C
         first = board.take(mine, wait=False)
         if first is None:
             return board.answers
-        board.give(first[0], step(first[1]))
+        with deferred():  # as every step (_here)
+            result = step(first[1])
+        board.give(first[0], result)
     if workers < 2 or mp.current_process().daemon or not board.ready or not autograd_fork_safe():
         return _here(board, step, mine)  # a pool's worker cannot fork; nor can a process with autograd threads
     procs, feeders = [], []

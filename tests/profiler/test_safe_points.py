@@ -134,3 +134,32 @@ def test_a_fake_run_interrupted_inside_dispatch_ends_cleanly():
     runs = eval(calls)  # [(the entry the signal came at, the peak or None)], printed by our own script
     assert int(total) > 10 and len(runs) >= 4, done.stdout
     assert all(peak is None for at, peak in runs), runs  # each run ended as one KeyboardInterrupt
+
+
+def test_a_region_that_ends_in_another_error_after_a_signal_ends_in_the_interrupt(installed):
+    """The signal is the caller's answer: a KeyboardInterrupt in place of (chained to) the other
+    error, and nothing left pending for an unrelated call afterwards."""
+    with pytest.raises(KeyboardInterrupt) as raised:
+        with safe_points.deferred():
+            signal.raise_signal(signal.SIGTERM)
+            raise ValueError("a shape error")
+    assert isinstance(raised.value.__context__, ValueError)
+    assert not safe_points.PENDING and safe_points.DEPTH == 0
+    with safe_points.deferred():  # the next call runs
+        pass
+    with pytest.raises(ValueError):  # no signal: the error itself
+        with safe_points.deferred():
+            raise ValueError("a shape error")
+
+
+def test_only_the_main_thread_raises_a_pending_signal(installed, monkeypatch):
+    import threading
+
+    monkeypatch.setattr(safe_points, "PENDING", True)
+    seen = []
+    worker = threading.Thread(target=lambda: seen.append(safe_points.check()))
+    worker.start()
+    worker.join()
+    assert seen == [None] and safe_points.PENDING
+    with pytest.raises(KeyboardInterrupt):
+        safe_points.check()
