@@ -253,9 +253,14 @@ def quick_view(fake_mode, a, shape):
 # --- view ops, natively (see the module docstring) ------------------------------------------
 # Aliasing view ops with one output (detach, t, transpose, view, ...: over a third of a trace's ops,
 # ~50 us each through torch's cache). Which of them qualify is decided from torch itself, once.
-_VIEW_CANDIDATES = ("t.default", "transpose.int", "detach.default", "expand.default", "permute.default",
+VIEW_CANDIDATES = ("t.default", "transpose.int", "detach.default", "expand.default", "permute.default",
                     "unsqueeze.default", "alias.default", "as_strided.default", "view.default")
 _NATIVE: dict = {}  # "ops" -> the frozenset, once computed
+
+
+def forget_native_views() -> None:
+    """Compute ``native_views`` afresh at the next call (after VIEW_CANDIDATES changed)."""
+    _NATIVE.clear()
 
 
 def native_views(mode) -> frozenset:
@@ -294,7 +299,7 @@ def _qualifying(mode) -> frozenset:
                 and (not special or op is torch.ops.aten.view.default))
 
     ops = []
-    for name in _VIEW_CANDIDATES:
+    for name in VIEW_CANDIDATES:
         packet, overload = name.split(".")
         op = getattr(getattr(torch.ops.aten, packet, None), overload, None)
         if op is not None and qualifies(op):

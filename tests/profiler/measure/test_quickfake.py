@@ -192,10 +192,14 @@ def test_mutation_a_native_view_at_the_wrong_offset_is_caught(monkeypatch, fresh
 def test_only_ops_torch_runs_through_their_meta_kernel_are_native(monkeypatch):
     """An op torch decomposes in Python for static sizes (squeeze.dim), one with a special fake
     implementation (select, slice) or several outputs (split) keeps torch's path."""
-    monkeypatch.setattr(quickfake, "_VIEW_CANDIDATES", quickfake._VIEW_CANDIDATES +
+    monkeypatch.setattr(quickfake, "VIEW_CANDIDATES", quickfake.VIEW_CANDIDATES +
                         ("squeeze.dim", "select.int", "slice.Tensor", "split.Tensor", "no_such.op"))
-    monkeypatch.setattr(quickfake, "_NATIVE", {})
-    names = {str(op) for op in quickfake.native_views(QuickFakeTensorMode())}
+    quickfake.forget_native_views()
+    try:
+        names = {str(op) for op in quickfake.native_views(QuickFakeTensorMode())}
+    finally:
+        monkeypatch.undo()
+        quickfake.forget_native_views()  # the real candidates again for the next test
     assert "aten.transpose.int" in names and "aten.view.default" in names
     assert not names & {"aten.squeeze.dim", "aten.select.int", "aten.slice.Tensor", "aten.split.Tensor"}
 
