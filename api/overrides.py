@@ -170,9 +170,10 @@ def scenario_warnings(sc: Scenario) -> list:
 
     parts = sc.description.split("; ")
     said = [f"warning: --model-config: {part.split(' [overridden:')[0]}" for part in parts if part.startswith(NOT_APPLIED)]
-    if any(part.startswith(LEFT_OUT) for part in parts):
-        left = "; ".join(parts[[part.startswith(LEFT_OUT) for part in parts].index(True):])
-        said.append(f"note: {left}")  # the last part: added after every other
+    for at, part in enumerate(parts):
+        if part.startswith(LEFT_OUT):  # the last part (added after every other), its reasons joined by "; "
+            said.append(f"note: {'; '.join(parts[at:])}")
+            break
     return said
 
 

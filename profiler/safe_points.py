@@ -107,31 +107,28 @@ def deferred():
         check()
     took = outermost and signal.getsignal(signal.SIGINT) is signal.default_int_handler
     DEPTH += 1
-    left = False
     try:
-        if took:
-            signal.signal(signal.SIGINT, handler)
-        yield
+        try:
+            if took:
+                signal.signal(signal.SIGINT, handler)
+            yield
+        finally:
+            _leave(took)
     except Exception:
-        left = _leave(took)
         if outermost:
             check()  # a signal came: the KeyboardInterrupt, in place of (and chained to) this exception
         raise
-    finally:
-        if not left:
-            _leave(took)
     if outermost:
         check()
 
 
-def _leave(took: bool) -> bool:
+def _leave(took: bool) -> None:
     """A region's end: Python's SIGINT handler back first (where the region took it), then
     the depth, so a signal in between still finds the region deferring."""
     global DEPTH
     if took:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     DEPTH -= 1
-    return True
 
 
 def deferring(fn: Callable) -> Callable:

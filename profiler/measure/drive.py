@@ -361,7 +361,7 @@ def trace_point(point: Point, *, marks: bool = False, count_flops: bool = True, 
         report = tracer.report()
         categories = tracer.categories()
         origins = tracer.origins()
-        host = host_serials(tracer, getattr(work, "optimizer", None), step_at[0] if step_at else None)
+        host = host_serials(tracer, getattr(work, "optimizer", None), step_at[0] if step_at else None, origins)
     return Traced(point, report.peak_bytes, report.breakdown_bytes, report.largest_at_peak, tracer.trace[:end],
                   tracer.flops, tracer.reads, backward_at[0] if backward_at else end, categories, origins,
                   marker.periods if marker is not None and marker.ok else 0, (time.perf_counter() - start) * 1e3,

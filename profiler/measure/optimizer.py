@@ -201,22 +201,34 @@ def on_device(point, device: str):
     return replace(point, shape=replace(shape, optimizer_impl=default_impl(kind)))
 
 
-def host_serials(tracker, optimizer: Optional[torch.optim.Optimizer], step_at: Optional[int]) -> frozenset:
+def host_serials(tracker, optimizer: Optional[torch.optim.Optimizer], step_at: Optional[int],
+                 origins: Optional[dict] = None) -> frozenset:
     """The tracker's serials of the storages a GPU step keeps on the host, which take no
     device memory: the optimizer's step counters (``host_counters``), and, where there are
     such, the 0-dim ``torch.tensor(1.0, device="cpu")`` a foreach AdamW adds to them
     (torch/optim/adam.py, ``_multi_tensor_adam``: ``torch._foreach_add_(steps, ...)``),
     found in the step pass from trace position ``step_at`` as the 0-dim tensors
     ``lift_fresh`` made there; no other step torch.optim runs here makes a tensor with
-    ``torch.tensor``. Empty without an optimizer."""
+    ``torch.tensor``. Empty without an optimizer. ``origins``: the tracker's, where the
+    caller has them already."""
     from attnprof.profiler.measure.tracker import ALLOC
 
     host = set(tracker.live_serials(host_counters(optimizer)))
     if host and step_at is not None and tracker.trace is not None:
-        origins = tracker.origins()
+        origins = tracker.origins() if origins is None else origins
         host |= {e[1] for e in tracker.trace[step_at:]
                  if e[0] == ALLOC and e[3].startswith("lift_fresh") and origins[e[1]][1] == ()}
     return frozenset(host)
+
+
+def on_the_device(events: list, host: frozenset) -> list:
+    """Tracker ``events`` less the allocations and frees of ``host`` serials (``host_serials``):
+    what a GPU's allocator sees."""
+    if not host:
+        return list(events)
+    from attnprof.profiler.measure.tracker import ALLOC, FREE
+
+    return [e for e in events if not (e[0] in (ALLOC, FREE) and e[1] in host)]
 
 
 def host_counters(optimizer: Optional[torch.optim.Optimizer]) -> list:

@@ -48,8 +48,8 @@ def record_trace(point: Point, *, sdpa_math: bool = False, seed: int = 0) -> Tra
     from attnprof.profiler.measure.drive import drive
     from attnprof.profiler.measure.fakemode import light_dynamo
     from attnprof.profiler.measure.internals import new_fake_mode
-    from attnprof.profiler.measure.optimizer import host_serials
-    from attnprof.profiler.measure.tracker import ALLOC, FREE, MemoryTracker
+    from attnprof.profiler.measure.optimizer import host_serials, on_the_device
+    from attnprof.profiler.measure.tracker import MemoryTracker
     from attnprof.profiler.measure.workload import Workload
 
     start = time.perf_counter()
@@ -74,7 +74,7 @@ def record_trace(point: Point, *, sdpa_math: bool = False, seed: int = 0) -> Tra
             drive(work, tracker, phase=phase)
             host = host_serials(tracker, getattr(work, "optimizer", None), step_at[0] if step_at else None)  # issue 24
         peak = tracker.peak_bytes
-        events = [e for e in tracker.trace if not (host and e[0] in (ALLOC, FREE) and e[1] in host)]
+        events = on_the_device(tracker.trace, host)
     counts: dict = {}
     for e in events:
         counts[e[0]] = counts.get(e[0], 0) + 1

@@ -18,8 +18,8 @@ from typing import Optional
 
 from attnprof.profiler.hardware.gpus import GpuSpec
 from attnprof.profiler.measure.drive import trace_point
-from attnprof.profiler.measure.optimizer import on_device
-from attnprof.profiler.measure.tracker import ALLOC, FREE, MARK, OP
+from attnprof.profiler.measure.optimizer import on_device, on_the_device
+from attnprof.profiler.measure.tracker import MARK, OP
 from attnprof.profiler.records import Point
 from attnprof.profiler.timeline.allocations import Allocations, simulated, synthetic
 from attnprof.profiler.timeline.module_marks import module_marks, modules_of
@@ -87,11 +87,9 @@ def _gpu_events(point: Point, traced, steps: Steps, gpu: GpuSpec, backend: str) 
         marked = record_trace(point, sdpa_math=True).events
         notes.append("SDPA on the math path: its trace recorded apart, its events placed by op share")
     else:  # issue 24: the optimizer's host-resident counters take no device memory (as gpu_memory's trace)
-        host = traced.host_serials
-        marked = [e for e in traced.trace if not (host and e[0] in (ALLOC, FREE) and e[1] in host)]
-        at = traced.backward_at - sum(1 for e in traced.trace[:traced.backward_at]
-                                      if host and e[0] in (ALLOC, FREE) and e[1] in host)
-        marked.insert(at, (MARK, "backward"))  # where substitute's backward starts
+        marked = list(traced.trace)
+        marked.insert(traced.backward_at, (MARK, "backward"))  # where substitute's backward starts
+        marked = on_the_device(marked, traced.host_serials)
     sub = substitute(marked, gpu, backend or "math")
     events = sub.events
     notes += sub.notes
