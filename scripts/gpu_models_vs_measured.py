@@ -1,0 +1,44 @@
+"""The GPU memory and time models against the points measured on a real GPU (issue 39).
+
+    .venv/bin/python scripts/gpu_models_vs_measured.py [tests/data/h200-2026-12-04/points.json] [--gpu h200]
+
+One row per measured point: measured / model for the allocator's allocated and reserved peaks,
+NVML's process total, and forward+backward time; then the median and the extremes of each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+DEFAULT = Path(__file__).resolve().parents[1] / "tests" / "data" / "h200-2026-12-04" / "points.json"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("points", nargs="?", default=str(DEFAULT))
+    parser.add_argument("--gpu", default=None, help="GPU table key (default: the file's gpu_table_key)")
+    args = parser.parse_args()
+    from attnprof.profiler.hardware.gpus import get_gpu
+    from attnprof.profiler.predict.measured_gpu import compare, load_measured
+
+    env, measured = load_measured(Path(args.points))
+    gpu = get_gpu(args.gpu or env.get("gpu_table_key") or "h200")
+    rows = compare(measured, gpu)
+    cols = ("allocated_ratio", "reserved_ratio", "total_ratio", "time_ratio")
+    print(f"{'point':<44} {'alloc':>7} {'resv':>7} {'nvml':>7} {'time':>7}  sdpa model/measured")
+    for r in rows:
+        cells = " ".join(f"{r[c]:7.3f}" if r[c] is not None else f"{'-':>7}" for c in cols)
+        print(f"{r['point']:<44} {cells}  {r['sdpa_backend_model'] or '-'}/{r['sdpa_backend_measured'] or '-'}")
+    for c in cols:
+        v = [r[c] for r in rows if r[c] is not None]
+        if v:
+            print(f"{c}: n={len(v)} median {statistics.median(v):.3f} min {min(v):.3f} max {max(v):.3f} "
+                  f"median |r-1| {statistics.median(abs(x - 1) for x in v):.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""predict/measured_gpu.py: the measured points file is read as data, and compared point by point."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from attnprof.errors import UserError
+from attnprof.profiler.predict.measured_gpu import load_measured
+
+DATA = Path(__file__).resolve().parents[2] / "data" / "h200-2026-12-04" / "points.json"
+
+
+def test_the_committed_h200_points_load_with_measured_figures_only():
+    env, points = load_measured(DATA)
+    assert env["device_name"] == "NVIDIA H200" and env["torch"].startswith("2.11")
+    assert len(points) == 23
+    assert sum(p.time_fwd_ms is not None for p in points) == 14
+    assert all(p.allocated_peak_bytes > 0 and p.reserved_peak_bytes >= p.allocated_peak_bytes for p in points)
+    text = DATA.read_text()
+    assert "model" not in json.dumps([sorted(p) for p in json.loads(text)["points"]]).replace("\"d_model\"", "")
+
+
+@pytest.mark.parametrize("bad", [{"format": "x", "points": []}, [], {"format": "attnprof-gpu-measurements"},
+                                 {"format": "attnprof-gpu-measurements", "points": [{"variant": "sdpa"}]}])
+def test_a_file_that_is_not_measurements_is_one_line_refusal(tmp_path, bad):
+    f = tmp_path / "m.json"
+    f.write_text(json.dumps(bad))
+    with pytest.raises(UserError, match="^measurements: "):
+        load_measured(f)
+
+
+def test_a_negative_or_non_finite_figure_is_refused(tmp_path):
+    doc = json.loads(DATA.read_text())
+    doc["points"][0]["measured_allocated_peak_bytes"] = -1
+    f = tmp_path / "m.json"
+    f.write_text(json.dumps(doc))
+    with pytest.raises(UserError, match="whole number of bytes"):
+        load_measured(f)
