@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+from typing import Optional
 
 
 def cuda_compiled() -> bool:
@@ -95,3 +96,72 @@ def autograd_threads_running() -> bool:
 def autograd_fork_safe() -> bool:
     """Whether a child forked now can run backward (see above)."""
     return not autograd_threads_running()
+
+
+# --- the CUDA driver and fork: single-threaded, or no fork ------------------------------------
+# The first real GPU (H200, torch 2.11.0+cu130; ../shared/gpu-runs/h200-2026-12-04/call2-fork-diag.txt)
+# showed a hazard no Python-level check sees: a tiny fake-tensor trace in the sweep's warm helper
+# started the CUDA driver from inside torch's C++ (no device-count call Python could hook, and
+# PYTORCH_NVML_BASED_CUDA_CHECK=1 did not help), the helper then ran a second thread, and every
+# worker forked from it failed with "CUDA error: initialization error". What every such start
+# leaves behind is a thread (the driver's, autograd's, a library's pool), and a thread count is
+# something any process can read before it forks. So on a CUDA build a process forks a child that
+# may touch the GPU only while it is single-threaded (``fork_hazard``); otherwise the child's work
+# runs in a clean process (runner/preload.py: a fresh interpreter) or in this one (predict/pool.py),
+# and the run says once why. A CPU build cannot start the driver: its OpenMP threads are handled by
+# ``single_threaded`` above.
+#
+# One kind of thread is no hazard: a pool that its library ends before every fork. numpy's
+# OpenBLAS starts one thread per core when it loads (with `import torch`: 16 threads on the H200,
+# 2 here) and registers a pthread_atfork handler that shuts the pool down (blas_thread_shutdown_);
+# on the H200 the count fell from 16 to 1 after the first fork. So when there is more than one
+# thread, ``fork_hazard`` first forks a probe child that exits at once (it runs nothing, so
+# nothing in it can fail), which runs those handlers, and counts again.
+SETTLE_S = 0.5  # threads that end by themselves get this long before they count
+
+
+def thread_count() -> Optional[int]:
+    """This process's threads (Linux: ``Threads:`` in /proc/self/status), or None off Linux."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("Threads:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def probe_fork() -> None:
+    """Fork a child that exits at once: the atfork handlers of this process's libraries run (see
+    above). The child runs no Python and touches nothing."""
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+
+
+def fork_hazard() -> Optional[str]:
+    """Why a child forked now might find CUDA unusable (None: fork away). Always None on a CPU
+    build; on a CUDA build, unless this process is single-threaded once a probe fork has ended
+    the pools that end at fork and passing threads have had SETTLE_S to end."""
+    import time
+
+    if not cuda_compiled():
+        return None
+    deadline = time.monotonic() + SETTLE_S
+    probed = False
+    while True:
+        n = thread_count()
+        if n is None:
+            return "this process's threads cannot be counted (no /proc/self/status)"
+        if n <= 1:
+            return None
+        if not probed:
+            probed = True
+            probe_fork()
+            continue
+        if time.monotonic() >= deadline:
+            return (f"this process runs {n} threads (something in it may have started the CUDA driver), "
+                    f"and a child forked from it could find CUDA unusable")
+        time.sleep(0.02)

@@ -122,8 +122,8 @@ def _run(step: Callable, chains: list, workers: int, rank: Callable, warm_key: C
         with deferred():  # as every step (_here)
             result = step(first[1])
         board.give(first[0], result)
-    if workers < 2 or mp.current_process().daemon or not board.ready or not autograd_fork_safe():
-        return _here(board, step, mine)  # a pool's worker cannot fork; nor can a process with autograd threads
+    if workers < 2 or mp.current_process().daemon or not board.ready or not fork_allowed():
+        return _here(board, step, mine)  # a pool's worker cannot fork; nor can a multi-threaded CUDA build
     procs, feeders = [], []
     sys.stdout.flush()  # a forked child must not write what this process had buffered
     sys.stderr.flush()
@@ -156,6 +156,25 @@ def _run(step: Callable, chains: list, workers: int, rank: Callable, warm_key: C
         for proc, conn in procs:
             proc.join()
             conn.close()
+
+
+_TOLD: set = set()  # fork hazards this process has already said
+
+
+def fork_allowed() -> bool:
+    """Whether this process may fork prediction workers now (profiler/forks.fork_hazard: on a
+    CUDA build only while single-threaded, autograd's device threads included); when not, the
+    predictions run here, and stderr says why once per process."""
+    from attnprof.profiler.forks import fork_hazard
+
+    hazard = fork_hazard()
+    if hazard is None:
+        return True
+    if hazard not in _TOLD:
+        _TOLD.add(hazard)
+        print(f"warning: predictions run in this process, one at a time, rather than in forked workers: "
+              f"{hazard}", file=sys.stderr, flush=True)
+    return False
 
 
 def _here(board: Board, step: Callable, mine: set) -> list:
@@ -250,15 +269,14 @@ def within(fn: Callable, arg_tuples: list, seconds: float) -> list:
     """``fn(*args)`` for each of ``arg_tuples``, one task per forked worker process (up to
     one per core), keeping the results that finish within ``seconds`` (in order, the
     unfinished and the failed left out); the workers still busy then are terminated.
-    Where a forked worker could not run a backward (profiler/forks.autograd_fork_safe: a
-    CUDA build after one), the tasks run in this process, one after another, until the
-    deadline. Predictions run no real kernels and touch no GPU, so forking is safe."""
+    Where a forked worker could find CUDA unusable (``fork_allowed``: a multi-threaded process
+    on a CUDA build), the tasks run in this process, one after another, until the deadline. Predictions run no real kernels and touch no GPU, so forking is safe."""
     import time
 
-    from attnprof.profiler.forks import autograd_fork_safe, fork_pool, usable_cores
+    from attnprof.profiler.forks import fork_pool, usable_cores
 
     deadline = time.monotonic() + seconds
-    if not autograd_fork_safe():
+    if not fork_allowed():
         out = []
         for args in arg_tuples:
             if time.monotonic() >= deadline:

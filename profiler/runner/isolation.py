@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 from multiprocessing.connection import Connection, wait
-from typing import Optional
+from typing import Callable, Optional
 
 from attnprof.errors import UserError
 from attnprof.profiler.runner.interrupts import Interrupts
@@ -45,11 +45,15 @@ class PointRunner:
     that one loop can drive several runners at once (``executors.local``, one per GPU).
     ``env``: variables added to the helper's environment, and so its workers' (e.g.
     ``CUDA_VISIBLE_DEVICES``: the helper never touches CUDA, its workers see one GPU).
+    ``note``: called with each line the helper sends (preload: why it started a point's worker in
+    a fresh process rather than forking it).
     """
 
-    def __init__(self, interrupts: Optional[Interrupts] = None, env: Optional[dict] = None):
+    def __init__(self, interrupts: Optional[Interrupts] = None, env: Optional[dict] = None,
+                 note: Callable[[str], None] = lambda line: None):
         self.interrupts = interrupts or Interrupts()  # not entered: never fires
         self.env = dict(env or {})
+        self.note = note  # what the helper has to say (e.g. why it did not fork), one line each
         self.helper: Optional[subprocess.Popen] = None
         self.ctl: Optional[socket.socket] = None
         self.job: Optional[_Job] = None
@@ -177,6 +181,8 @@ class PointRunner:
             if message[0] == "exited":
                 job.code = message[1]
                 job.pid = message[2] if len(message) > 2 else None
+            elif message[0] == "note" and len(message) == 2 and isinstance(message[1], str):
+                self.note(message[1])
         if job.code is not None:
             return self._end(job.data if job.data is not None else {**_crash(job.code), "worker_pid": job.pid})
         if time.monotonic() >= job.deadline:

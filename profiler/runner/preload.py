@@ -3,8 +3,11 @@
 Started by the sweep as ``python -m attnprof.profiler.runner.preload PARENT_PID FD``.
 Importing torch and attnprof, one tiny prediction on real tensors (as small points
 are predicted) and one tiny fake-tensor run (``warm_fake_tensors``: FakeTensorMode's
-lazy imports, ~0.5 s), happen here once instead of in every point's process. Nothing here runs a real kernel or touches CUDA,
-and this process stays single-threaded, so forking from it stays safe.
+lazy imports, ~0.5 s), happen here once instead of in every point's process; on a CUDA
+build only the steps the first real GPU showed safe (below). Before every fork the helper
+checks that it is still single-threaded (``forks.fork_hazard``); when it is not, the point
+runs in a clean process instead (a fresh interpreter, ``spawn_worker``), and the sweep is told
+once why (a ``("note", text)`` message).
 
 Why not multiprocessing's forkserver: its workers outlive a SIGKILLed sweep, it
 brings a resource tracker along, and the sweep cannot see which signal killed a
@@ -15,8 +18,8 @@ worker without it. Here the chain is explicit and short-lived:
   with the helper; when the sweep's socket closes, the helper kills its worker and exits;
 - protocol on a SOCK_SEQPACKET socket, one pickled message per packet, from our own
   parent only: ``("init", sys_path)`` -> ``("ready", pid)``; ``("run", point,
-  settings)`` + the result pipe's fd -> ``("exited", exit_code, worker_pid)``; ``("kill",)``
-  kills the running worker.
+  settings)`` + the result pipe's fd -> [``("note", text)``] ``("exited", exit_code, worker_pid)``;
+  ``("kill",)`` kills the running worker.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import sys
 from typing import Optional
 
 MAX_MESSAGE = 1 << 20
+HELPER_MODULE = "attnprof.profiler.runner.preload"  # this module, as `python -m` runs it
 
 
 def warm_up() -> None:
@@ -44,25 +48,28 @@ def warm_up() -> None:
     # hangs in its first parallel region (GNU OpenMP is not fork-safe), so the pool must not
     # exist in this process: its workers are forked from it.
     #
-    # On a CUDA build, forward only: a backward here would start autograd's device threads, and
-    # then no worker forked from here could run one (profiler/forks.py). Each worker's first
-    # backward pays for its own imports instead.
+    # On a CUDA build, only what the first real GPU showed leaves a forked worker able to use CUDA
+    # (../shared/gpu-runs/h200-2026-12-04/call2-fork-diag.txt: the imports above and a small
+    # forward-only prediction, which runs for real on the CPU), forward only: a backward here would
+    # start autograd's device threads (profiler/forks.py). The fake-tensor warm-up started the CUDA
+    # driver there, so on a CUDA build each worker pays for FakeTensorMode's lazy imports itself.
     from attnprof.profiler.forks import cuda_compiled
 
-    forward_only = cuda_compiled()
+    cuda_build = cuda_compiled()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         predict(Point("sdpa", "plain", "model", Shape(batch=1, seq_len=64, d_model=32, heads=2, layers=1),
-                      forward_only=forward_only))
-        warm_fake_tensors(forward_only=forward_only)
+                      forward_only=cuda_build))
+        if not cuda_build:
+            warm_fake_tensors(forward_only=False)
     finally:
         torch.set_num_threads(threads)
 
 
 def serve(ctl: socket.socket) -> None:
     """Run points one at a time until the sweep closes the socket."""
-    me = os.getpid()
+    told: set = set()  # fork hazards already said to the sweep
     while True:
         try:
             message, fds, _, _ = socket.recv_fds(ctl, MAX_MESSAGE, 1)
@@ -76,22 +83,75 @@ def serve(ctl: socket.socket) -> None:
                 os.close(fd)
             continue
         _, point, settings = request
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            ctl.close()
-            from attnprof.profiler.runner.worker import run_child
-
-            run_child(fds[0], point, settings, me)  # never returns
+        pid = start_worker(ctl, fds[0], point, settings, told)
         os.close(fds[0])
-        code = watch(ctl, pid)
+        code = watch(ctl, pid) if pid is not None else 1
         if code is None:
             return
         try:
             ctl.send(pickle.dumps(("exited", code, pid)))
         except OSError:
             return
+
+
+def start_worker(ctl: socket.socket, result_fd: int, point, settings: dict, told: set) -> Optional[int]:
+    """The worker's pid: forked from here while this process is single-threaded, else started
+    in a fresh interpreter (the sweep is told why, once per reason); None if none could start."""
+    from attnprof.profiler.forks import fork_hazard
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    me = os.getpid()
+    hazard = fork_hazard()
+    if hazard is None:
+        pid = os.fork()
+        if pid == 0:
+            ctl.close()
+            from attnprof.profiler.runner.worker import run_child
+
+            run_child(result_fd, point, settings, me)  # never returns
+        return pid
+    if hazard not in told:
+        told.add(hazard)
+        try:
+            ctl.send(pickle.dumps(("note", f"the measuring helper did not fork: {hazard}; each point runs "
+                                           f"in a fresh process instead (slower to start)")))
+        except OSError:
+            pass
+    try:
+        return spawn_worker(result_fd, point, settings, me)
+    except OSError as exc:
+        print(f"attnprof: cannot start a worker process: {exc.strerror or exc}", file=sys.stderr)
+        return None
+
+
+def spawn_worker(result_fd: int, point, settings: dict, helper_pid: int) -> int:
+    """A worker in a fresh interpreter (fork + exec: nothing of this process's state, threads or
+    CUDA driver carries over), given the point on its standard input; its pid, a child of this
+    process, reaped by ``watch`` as a forked one is. It imports torch itself (seconds)."""
+    import subprocess
+
+    proc = subprocess.Popen([sys.executable, "-m", HELPER_MODULE, "--worker", str(helper_pid), str(result_fd)],
+                            stdin=subprocess.PIPE, pass_fds=[result_fd])
+    try:
+        # the point unpickled only once the sweep's sys.path is in place (a plug-in variant's module)
+        proc.stdin.write(pickle.dumps((list(sys.path), pickle.dumps((point, settings)))))
+        proc.stdin.close()
+    except OSError:
+        pass  # it died at once: its exit code says so
+    proc.returncode = 0  # reaped by watch() through os.waitpid, not by Popen (no warning at exit)
+    return proc.pid
+
+
+def worker_main(argv: list[str]) -> None:
+    """``preload --worker HELPER_PID FD``: the clean-process worker of ``spawn_worker``."""
+    helper, fd = int(argv[2]), int(argv[3])
+    sys_path, payload = pickle.loads(sys.stdin.buffer.read())
+    sys.path[:] = sys_path
+    point, settings = pickle.loads(payload)
+    from attnprof.profiler.runner.worker import run_child
+
+    run_child(fd, point, settings, helper)  # never returns
 
 
 def watch(ctl: socket.socket, pid: int) -> Optional[int]:
@@ -141,4 +201,7 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv)
+    if sys.argv[1:2] == ["--worker"]:
+        worker_main(sys.argv)
+    else:
+        main(sys.argv)

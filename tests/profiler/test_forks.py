@@ -56,3 +56,58 @@ def test_without_proc_a_cuda_build_is_assumed_to_run_them(monkeypatch):
 def test_this_process_reads_its_own_threads():
     assert glob.glob(f"/proc/{os.getpid()}/task/*/comm")  # the suite runs on Linux: the real path is taken
     assert isinstance(forks.autograd_threads_running(), bool)
+
+
+# --- fork_hazard: single-threaded, or no fork (a CUDA build) -------------------------------------
+def test_thread_count_is_read_from_proc():
+    import threading
+
+    before = forks.thread_count()
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait)
+    thread.start()
+    try:
+        assert forks.thread_count() == before + 1
+    finally:
+        stop.set()
+        thread.join()
+
+
+def test_a_cpu_build_never_has_a_fork_hazard(monkeypatch):
+    monkeypatch.setattr(forks, "cuda_compiled", lambda: False)
+    monkeypatch.setattr(forks, "thread_count", lambda: 17)
+    assert forks.fork_hazard() is None
+
+
+def test_a_multi_threaded_cuda_build_has_one_and_says_how_many_threads(monkeypatch):
+    probes = []
+    monkeypatch.setattr(forks, "cuda_compiled", lambda: True)
+    monkeypatch.setattr(forks, "thread_count", lambda: 3)
+    monkeypatch.setattr(forks, "probe_fork", lambda: probes.append(1))
+    monkeypatch.setattr(forks, "SETTLE_S", 0.05)
+    assert "runs 3 threads" in forks.fork_hazard()
+    assert probes == [1]  # one probe fork, then the count still says 3
+
+
+def test_threads_that_end_at_fork_are_no_hazard(monkeypatch):
+    """numpy's OpenBLAS pool ends before every fork (its atfork handler): after the probe, one thread."""
+    counts = iter([16, 1])
+    monkeypatch.setattr(forks, "cuda_compiled", lambda: True)
+    monkeypatch.setattr(forks, "thread_count", lambda: next(counts))
+    monkeypatch.setattr(forks, "probe_fork", lambda: None)
+    assert forks.fork_hazard() is None
+
+
+def test_theprobe_fork_really_ends_openblas_threads():
+    import numpy as np
+
+    a = np.ones((256, 256))
+    a @ a  # OpenBLAS's pool, if this numpy has one
+    forks.probe_fork()
+    assert forks.thread_count() == 1
+
+
+def test_without_proc_a_cuda_build_does_not_fork(monkeypatch):
+    monkeypatch.setattr(forks, "cuda_compiled", lambda: True)
+    monkeypatch.setattr(forks, "thread_count", lambda: None)
+    assert "cannot be counted" in forks.fork_hazard()
