@@ -256,3 +256,29 @@ def how_sure(identity: dict, gpu, checks: Optional[list] = None) -> str:
     if outside:
         text += f"; this point's {', '.join(outside)} not among those measured"
     return printable(text)
+
+
+# --- many points ------------------------------------------------------------------------------
+FIELD = "gpu_checked"  # the record field holding how_sure's line (predict --gpu, its --json)
+SHOWN_POINTS = 4  # points named per line before "and N more"
+
+
+def summary_lines(records: list[dict]) -> list[str]:
+    """The ``gpu_checked`` lines of a table's records: one line when every row says the same,
+    else one per distinct text naming the rows it is for (by GPU, variant, mode and length:
+    those of them that differ between rows)."""
+    rows = [r for r in records if r.get(FIELD)]
+    parts = [("gpu", "{}"), ("variant", "{}"), ("mode", "{}"), ("seq_len", "n={}")]
+    varying = [(k, form) for k, form in parts if len({str(r.get(k)) for r in rows}) > 1]
+    groups: dict = {}
+    for r in rows:
+        label = " ".join(form.format(r.get(k)) for k, form in varying)
+        groups.setdefault(printable(r[FIELD]), {})[printable(label)] = None
+    if len(groups) == 1:
+        return [f"how sure (the GPU model against a real GPU): {next(iter(groups))}"]
+    lines = []
+    for text, labels in groups.items():
+        names = list(labels)
+        more = f" and {len(names) - SHOWN_POINTS} more" if len(names) > SHOWN_POINTS else ""
+        lines.append(f"how sure, {', '.join(names[:SHOWN_POINTS])}{more}: {text}")
+    return lines

@@ -8,7 +8,7 @@ import pytest
 
 from attnprof.errors import UserError
 from attnprof.profiler.hardware.checked import (BUILTIN_FILE, CheckedTableError, builtin_checks, how_sure,
-                                                kind_of, load_checks)
+                                                kind_of, load_checks, summary_lines)
 from attnprof.profiler.hardware.gpus import ENV_VAR, get_gpu
 from attnprof.profiler.records import Point, Shape
 
@@ -126,3 +126,13 @@ def test_a_bad_checks_file_is_a_one_line_error_naming_the_field(tmp_path, edit, 
 def test_a_missing_checks_file_is_a_one_line_error(tmp_path):
     with pytest.raises(CheckedTableError, match="cannot read the GPU checks"):
         load_checks(tmp_path / "none.toml")
+
+
+def test_the_summary_names_only_what_differs_between_the_rows_it_groups():
+    rows = [{"gpu": "h200", "variant": "sdpa", "mode": m, "seq_len": 4096, "gpu_checked": t}
+            for m, t in (("plain", "yes"), ("checkpoint", "yes"), ("reversible", "no\x1b"))]
+    assert summary_lines(rows) == ["how sure, plain, checkpoint: yes", "how sure, reversible: no\\x1b"]
+    assert summary_lines(rows[:2]) == ["how sure (the GPU model against a real GPU): yes"]
+    assert summary_lines([{**rows[0], "gpu_checked": ""}]) == []
+    many = [{**rows[2], "seq_len": n} for n in range(6)] + [rows[0]]
+    assert summary_lines(many)[0] == "how sure, reversible n=0, reversible n=1, reversible n=2, reversible n=3 and 2 more: no\\x1b"
