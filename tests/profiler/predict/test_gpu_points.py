@@ -109,3 +109,24 @@ def test_each_record_says_how_sure_the_model_is_for_its_point_and_gpu(monkeypatc
     out = gpu_points.add_gpu_fields(records, [done, failed], gpus)
     assert [r["gpu_checked"] for r in out] == [how_sure(done.identity(), g) for g in gpus] + ["", ""]
     assert out[0]["gpu_checked"].startswith("checked on a real NVIDIA H200")
+
+
+def test_predict_gpu_says_how_sure_in_its_json_and_under_its_table(monkeypatch):
+    import json
+
+    from typer.testing import CliRunner
+
+    from attnprof.cli import app
+    from attnprof.profiler.hardware.gpus import ENV_VAR
+
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    args = ["predict", "--variant", "sdpa", "--mode", "plain", "--seq-len", "1024", "--d-model", "64", "--heads", "2",
+            "--layers", "1", "--dtype", "bf16", "--gpu", "h200", "--gpu", "l4"]
+    result = CliRunner().invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    h200, l4 = json.loads(result.stdout)
+    assert h200["gpu_checked"].startswith("checked on a real NVIDIA H200")
+    assert h200["gpu_checked"].endswith("this point's seq_len, d_model, heads, layers, d_ff not among those measured")
+    assert l4["gpu_checked"] == "not checked on a real GPU: l4 was never measured (measured: h200)"
+    table = CliRunner().invoke(app, args).stdout.splitlines()
+    assert table[-2:] == [f"how sure, h200: {h200['gpu_checked']}", f"how sure, l4: {l4['gpu_checked']}"]
