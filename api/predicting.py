@@ -78,7 +78,8 @@ def predict(scenario: Union[PathLike, Scenario, None] = None, *, budget: Union[s
 
     ``gpus`` (GPU table keys, ``gpu_table``): also run the GPU memory model, one record
     per point x GPU with the ``gpu_*`` fields (predicted allocator peaks and total; see
-    docs/gpu.md). With ``budget`` too: per series and GPU, the longest length whose
+    docs/gpu.md) and ``gpu_checked``: how close the models came on a real GPU for such a
+    point, or why they were never checked there (profiler/hardware/checked.py). With ``budget`` too: per series and GPU, the longest length whose
     modelled total fits both the GPU's memory and the budget. ``gpu_files``: more GPUs
     (TOML), after ATTNPROF_GPUS's.
 

@@ -90,6 +90,9 @@ class Capacity:
     problems: dict  # (series, panel) -> why its predictions stopped
     gpus: dict = field(default_factory=dict)  # GPU key -> GpuSpec: the columns are these GPUs (GPU model)
     model: dict = field(default_factory=dict)  # (series, panel, GPU key) -> {length: gpu_* fields}
+    # (series, panel, GPU key) -> (length, how close the model came on a real GPU for that point
+    # or why it was never checked: profiler/hardware/checked.how_sure), at the longest length that fits
+    checked: dict = field(default_factory=dict)
 
     def label(self, column) -> str:
         """A column's heading: '24 GiB', or 'l4 (22.49 GiB)' for a named GPU."""
@@ -144,8 +147,22 @@ def _gpu_capacity(frame: pd.DataFrame, run_dir: Path | None, gpus: list, seconds
         if c.problem:
             problems.setdefault((c.series, c.panel), c.problem)
     model = {(c.series, c.panel, c.gpu): dict(sorted(c.figures.items())) for c in curves}
+    checked = {(c.series, c.panel, c.gpu): _checked(c, fits[(c.series, c.panel)][c.gpu], specs[c.gpu])
+               for c in curves if not c.problem}
     return Capacity({k: g.name for k, g in specs.items()}, fits, calls, time.monotonic() - start, problems,
-                    gpus=specs, model=model)
+                    gpus=specs, model=model, checked=checked)
+
+
+def _checked(curve: Curve, fit, spec) -> tuple:
+    """(length, how_sure's line) for the curve's point at its longest fitting length (else
+    the shortest searched): how close the model came on a real GPU for such a point."""
+    from attnprof.profiler.hardware.checked import how_sure
+
+    n = fit.length if fit is not None and fit.length else 1 << MIN_EXP
+    try:
+        return n, how_sure(curve.make_point(n).identity(), spec)
+    except Exception:  # a row the point maker refuses: nothing is claimed for it
+        return n, ""
 
 
 def gpu_fingerprint(spec) -> str:

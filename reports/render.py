@@ -228,10 +228,20 @@ def _gpu_fits(frame, cap: Capacity) -> str:
     html = [f"<h3>{esc(f'Longest length that fits each GPU, {GPU_MODEL}')}</h3>",
             tables.gpu_fits_summary(frame, cap), page.paragraph(note, "note"),
             page.paragraph(f"GPUs ({GPU_MODEL}): {gpus}.", "note"),
+            *(page.paragraph(line, "note") for line in _how_sure(cap)),
             f"<h3>{esc(f'GPU memory model per variant, mode and GPU, {GPU_MODEL}')}</h3>",
             _scroll(tables.gpu_model_table(frame, cap))]
     html += [page.paragraph(f"No model figures for {s} · {p}: {why}", "note") for (s, p), why in cap.problems.items()]
     return "\n".join(html)
+
+
+def _how_sure(cap: Capacity) -> list[str]:
+    """How close the GPU model came on a real GPU for each series' point at its longest
+    fitting length, or why it was never checked there (profiler/hardware/checked.py)."""
+    from attnprof.profiler.hardware.checked import FIELD, summary_lines
+
+    return summary_lines([{"gpu": cap.gpus[g].label, "variant": s, "mode": p, "seq_len": n, FIELD: text}
+                          for (s, p, g), (n, text) in cap.checked.items() if g in cap.gpus])
 
 
 def _against(run: Run, base: Run) -> str:

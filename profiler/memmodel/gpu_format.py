@@ -1,8 +1,10 @@
 """The GPU memory model's tables (``attnprof predict --gpu``): one line per point x GPU,
-or per series x GPU for a budget search; every figure labelled a model."""
+or per series x GPU for a budget search; every figure labelled a model, and below it how
+close the model came on a real GPU for such points (``gpu_checked``: hardware/checked.py)."""
 
 from __future__ import annotations
 
+from attnprof.profiler.hardware.checked import summary_lines
 from attnprof.profiler.memmodel.gpu_peak import MODEL_LABEL
 from attnprof.profiler.units import printable, text_table
 
@@ -26,7 +28,8 @@ def format_gpu_table(records: list[dict]) -> str:
                      *_time_cells(r)])
     notes = dict.fromkeys(f"{r['gpu']}: {r['gpu_note']}" for r in records if r.get("gpu_note"))
     return "\n".join([MODEL_LABEL + "; total = CUDA context + reserved (what NVML would show); " + TIME_LABEL,
-                      *text_table(head, rows), *(printable(f"model note: {n}") for n in notes)])
+                      *text_table(head, rows), *(printable(f"model note: {n}") for n in notes),
+                      *summary_lines(records)])
 
 
 TIME_LABEL = "fwd/bwd/tokens/s: step-time MODEL (roofline per op, profiler/timemodel)"
@@ -52,4 +55,4 @@ def format_gpu_budget_table(rows: list[dict]) -> str:
               fmt_ms(step_time_ms(r.get("gpu_time_fwd_ms"), r.get("gpu_time_bwd_ms")), "-"),
               r.get("gpu_sdpa_backend") or "-", r["limited_by"]] for r in rows]
     return "\n".join([f"longest power-of-two length whose modelled GPU total fits ({MODEL_LABEL}); "
-                      f"step_there: fwd + bwd there, {TIME_LABEL}", *text_table(head, lines)])
+                      f"step_there: fwd + bwd there, {TIME_LABEL}", *text_table(head, lines), *summary_lines(rows)])

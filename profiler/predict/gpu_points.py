@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Optional
 
+from attnprof.profiler.hardware.checked import FIELD as CHECKED, how_sure
 from attnprof.profiler.hardware.gpus import GpuSpec
 from attnprof.profiler.measure.optimizer import on_device
 from attnprof.profiler.memmodel.gpu_peak import GPU_FIELDS, GpuPrediction, TraceCache, gpu_memory
@@ -38,12 +39,13 @@ def predict_gpu(point: Point, gpu: GpuSpec, cache: Optional[TraceCache] = None,
 def _point_job(job) -> list[dict]:
     point, gpus = job
     cache = TraceCache()
-    return [predict_gpu(point, gpu, cache).fields() for gpu in gpus]
+    return [{**predict_gpu(point, gpu, cache).fields(), CHECKED: how_sure(point.identity(), gpu)} for gpu in gpus]
 
 
 def add_gpu_fields(records: list[dict], points: list[Point], gpus: list[GpuSpec]) -> list[dict]:
     """One record per point x GPU: each prediction record with the model's gpu_* fields
-    (None where the point was not predicted)."""
+    (None where the point was not predicted) and ``gpu_checked``: how close the model came
+    on a real GPU for points like it, or why it was never checked (hardware/checked.py)."""
     by_key = {p.key(): p for p in points}
     todo = []
     for r in records:
@@ -52,7 +54,8 @@ def add_gpu_fields(records: list[dict], points: list[Point], gpus: list[GpuSpec]
     results = spread(_point_job, [(p, gpus) for p in todo if p is not None])
     out, it = [], iter(results)
     for r, point in zip(records, todo):
-        per_gpu = next(it) if point is not None else [dict.fromkeys(GPU_FIELDS) | {"gpu": g.key} for g in gpus]
+        per_gpu = (next(it) if point is not None else
+                   [dict.fromkeys(GPU_FIELDS) | {"gpu": g.key, CHECKED: ""} for g in gpus])
         out += [{**r, **fields} for fields in per_gpu]
     return out
 
@@ -141,11 +144,12 @@ def _series_search(job) -> tuple[list[dict], dict]:
             reason = (f"{lengths[hi]} tokens would need {fmt_bytes(p.total_bytes)} in total (model)"
                       + ("" if p.fits else f", more than the {fmt_bytes(gpu.memory_bytes)} GPU"
                          if limit_bytes >= gpu.memory_bytes else f", more than the {fmt_bytes(limit_bytes)} budget"))
-        row = {**template.identity(), "seq_len": None}
+        row = {**template.identity(), "seq_len": None, CHECKED: ""}
         if lo >= 0:
             best = lengths[lo]
             row = {**point_at(best).identity(), **at(best)[gpu.key].fields(),
-                   "predicted_peak_bytes": at(best)[gpu.key].cpu_tensor_peak_bytes}
+                   "predicted_peak_bytes": at(best)[gpu.key].cpu_tensor_peak_bytes,
+                   CHECKED: how_sure(point_at(best).identity(), gpu)}
         rows.append({**row, "gpu": gpu.key, "budget_bytes": budget_bytes, "limit_bytes": limit_bytes,
                      "longest_fitting_seq_len": lengths[lo] if lo >= 0 else None, "limited_by": reason})
     return rows, {n: (point_at(n), r) for n, r in known.items()}

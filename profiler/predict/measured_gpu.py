@@ -4,8 +4,10 @@
 each point's inputs and its MEASURED figures, never a model's answer; untrusted data, read as
 JSON only) and ``compare(measured, gpu)`` predicts every point with the GPU memory and time
 models (``gpu_points.predict_gpu``) and gives measured / model for allocated, reserved, NVML
-process total and forward+backward time. ``scripts/gpu_models_vs_measured.py`` prints it; the
-tests assert its bounds.
+process total and forward+backward time. ``scripts/gpu_models_vs_measured.py`` prints it.
+``claim_problems(check, ...)`` holds a check of profiler/hardware/checked.toml (what
+``attnprof predict --gpu`` and the report say about how sure the models are) to those rows,
+and ``claimed_ranges(rows)`` gives the ranges such a check may state.
 """
 
 from __future__ import annotations
@@ -111,3 +113,66 @@ def compare(measured: list[Measured], gpu) -> list[dict]:
             "time_ratio": _ratio(measured_ms, model_ms),
         })
     return rows
+
+
+# --- the claims of profiler/hardware/checked.toml, held to the measured points ---------------
+RATIO_FIELDS = {"allocated": "allocated_ratio", "reserved": "reserved_ratio", "total": "total_ratio",
+                "time": "time_ratio"}
+
+
+def _sizes(m: Measured) -> dict:
+    s = m.point.shape
+    return {"seq_len": s.seq_len, "batch": s.batch, "d_model": s.d_model, "heads": s.heads, "layers": s.layers,
+            "d_ff": s.d_ff}
+
+
+def claimed_ranges(rows: list[dict]) -> dict:
+    """What checked.toml may claim from ``compare``'s rows: per figure, [lowest, highest]
+    measured/model rounded outward to 2 decimals, and the median |time ratio - 1| rounded up."""
+    import math
+    import statistics
+
+    out = {}
+    for name, col in RATIO_FIELDS.items():
+        values = [r[col] for r in rows if r[col] is not None]
+        if values:
+            out[name] = [math.floor(min(values) * 100) / 100, math.ceil(max(values) * 100) / 100]
+    times = [abs(r["time_ratio"] - 1) for r in rows if r["time_ratio"] is not None]
+    if times:
+        out["time_median_off"] = math.ceil(statistics.median(times) * 100) / 100
+    return out
+
+
+def claim_problems(check, env: dict, measured: list[Measured], rows: list[dict]) -> list[str]:
+    """Where a check (profiler/hardware/checked.py) says more than its measured points and
+    the models' answers (``compare``'s rows) show: one line each; [] when it holds."""
+    import statistics
+
+    from attnprof.profiler.hardware.checked import SIZES, kind_of
+
+    problems = []
+    for name, key in (("device_name", "device_name"), ("gpu", "gpu_table_key"), ("torch", "torch")):
+        if getattr(check, name) != str(env.get(key)):
+            problems.append(f"{name} is {getattr(check, name)!r}, the measurements say {env.get(key)!r}")
+    timed = [m for m in measured if m.time_fwd_ms is not None and m.time_bwd_ms is not None]
+    if (check.points, check.timed_points) != (len(measured), len(timed)):
+        problems.append(f"points {check.points}, timed {check.timed_points}; the file has {len(measured)}, "
+                        f"{len(timed)} timed")
+    for name, said, have in (("memory_kinds", check.memory_kinds, measured), ("time_kinds", check.time_kinds, timed)):
+        kinds = {kind_of(m.point.identity()) for m in have}
+        if set(said) != kinds:
+            problems.append(f"{name} {sorted(said)} are not the kinds measured {sorted(kinds)}")
+    for name in SIZES:
+        values = [_sizes(m)[name] for m in measured]
+        if values and tuple(check.sizes[name]) != (min(values), max(values)):
+            problems.append(f"sizes.{name} {list(check.sizes[name])}; measured {min(values)}-{max(values)}")
+    for name, col in RATIO_FIELDS.items():
+        lo, hi = check.ratios[name]
+        for r in rows:
+            if r[col] is not None and not lo <= r[col] <= hi:
+                problems.append(f"{r['point']}: {name} measured/model {r[col]:.3f} outside the claimed {lo}-{hi}")
+    times = [abs(r["time_ratio"] - 1) for r in rows if r["time_ratio"] is not None]
+    if times and statistics.median(times) > check.time_median_off:
+        problems.append(f"median |time ratio - 1| {statistics.median(times):.3f} above the claimed "
+                        f"{check.time_median_off}")
+    return problems

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from attnprof.profiler.hardware.checked import summary_lines
 from attnprof.profiler.records import step_time_ms
 from attnprof.profiler.units import fmt_bytes, fmt_ms, printable, text_table
 
@@ -76,6 +77,7 @@ def format_ranking(records: list[dict], *, gpus: list, memory_limit_bytes: Optio
         lines += [f"ranked by predicted step time (fwd + bwd), fastest first, among those that fit: {where}",
                   *text_table(head, rows)]
         lines += [printable(f"left out: {r['variant']} {r['mode']} n={r['seq_len']}: {why}") for r, why in left]
+        lines += summary_lines(fitting) if gpu else []
         lines.append("")
     return "\n".join(lines).rstrip()
 

@@ -314,3 +314,14 @@ def test_a_gpu_over_a_builtin_key_and_its_name_print_as_such_in_the_report(tmp_p
     text = render_report(run_folder(tmp_path), seconds=0, gpus=resolve_gpus(["h100-sxm"], [path])).read_text()
     assert f"h100-sxm (from {path}, overrides built-in)" in text
     assert "\x1b" not in text and r"Fake\x1b[31m\nH100" in text
+
+
+def test_the_page_says_how_sure_the_gpu_model_is_per_series_and_gpu(tmp_path, gpus):
+    """The built-in H200 was measured (sdpa in fp32 at scope attention among its kinds, full
+    only in bf16); a test GPU never was: each says so, as text, beside the GPU model's figures."""
+    specs = resolve_gpus(["h200"]) + list(gpus[:1])
+    text = render_report(run_folder(tmp_path), seconds=0, gpus=specs).read_text(encoding="utf-8")
+    fits = text[text.index('<section id="fits"'):text.index('<section id="charts"')]
+    assert "not checked on a real GPU: full attention none float32 was not measured" in fits
+    assert "checked on a real NVIDIA H200 (torch 2.11" in fits and "not among those measured" in fits
+    assert "not checked on a real GPU: tiny was never measured (measured: h200)" in fits

@@ -27,3 +27,13 @@ def test_the_budget_table():
     lines = format_gpu_budget_table([row]).splitlines()
     assert lines[0].startswith("longest power-of-two length whose modelled GPU total fits")
     assert "4096" in lines[2] and "flash" in lines[2] and lines[2].endswith("8192 tokens would need")
+
+
+def test_below_each_table_how_sure_the_model_is_once_when_every_row_says_the_same():
+    said = "checked on a real X: measured/model allocated 0.93-1.33"
+    one = format_gpu_table([{**ROW, "gpu_checked": said}, {**ROW, "seq_len": 2048, "gpu_checked": said}])
+    assert one.splitlines()[-1] == f"how sure (the GPU model against a real GPU): {said}"
+    two = format_gpu_table([{**ROW, "gpu_checked": said}, {**ROW, "mode": "reversible", "gpu_checked": "not checked"}])
+    assert two.splitlines()[-2:] == [f"how sure, plain: {said}", "how sure, reversible: not checked"]
+    budget = {**ROW, "limit_bytes": 1, "longest_fitting_seq_len": 4096, "limited_by": "x", "gpu_checked": said}
+    assert format_gpu_budget_table([budget]).splitlines()[-1].endswith(said)

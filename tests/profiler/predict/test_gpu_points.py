@@ -57,6 +57,7 @@ def test_the_gpu_search_finds_the_exact_boundary_of_a_synthetic_model(monkeypatc
     rows = gpu_points.gpu_longest_fitting(SCENARIO, [gpu], None, start=16, limit=1 << 16)
     assert [r["longest_fitting_seq_len"] for r in rows] == [boundary] and used == [13]
     assert rows[0]["limited_by"].startswith(f"{2 * boundary} tokens would need")
+    assert rows[0]["gpu_checked"] == "not checked on a real GPU: l4 was never measured (measured: h200)"
     assert limits == {None}
     gpu_points.gpu_longest_fitting(SCENARIO, [gpu], 1 << 30, start=16, limit=1 << 16)
     assert limits == {None, 1 << 30}  # a budget caps the model's allocator (gpu_peak.gpu_memory)
@@ -90,3 +91,42 @@ def test_the_cpu_search_on_a_synthetic_peak(monkeypatch, boundary):
         assert fitting[-1] in known
     if not fitting or fitting[-1] < 1 << 16:
         assert (fitting[-1] * 2 if fitting else 16) in known
+
+
+def test_each_record_says_how_sure_the_model_is_for_its_point_and_gpu(monkeypatch):
+    from attnprof.profiler.hardware.checked import how_sure
+    from attnprof.profiler.records import Point, Shape
+
+    def model(point, g, cache=None, limit_bytes=None):
+        return GpuPrediction(g.key, "", "", 1, 1, 1, 0, 1, True, g.memory_bytes, 1)
+
+    monkeypatch.setattr(gpu_points, "predict_gpu", model)
+    monkeypatch.setattr(gpu_points, "spread", lambda fn, jobs: [fn(j) for j in jobs])
+    shape = Shape(seq_len=4096, batch=1, d_model=1024, heads=16, layers=2, dtype="bfloat16")
+    done, failed = Point("sdpa", "plain", "model", shape), Point("full", "plain", "model", shape)
+    records = [{**p.identity(), "status": s} for p, s in ((done, "ok"), (failed, "oom"))]
+    gpus = [get_gpu("h200"), get_gpu("l4")]
+    out = gpu_points.add_gpu_fields(records, [done, failed], gpus)
+    assert [r["gpu_checked"] for r in out] == [how_sure(done.identity(), g) for g in gpus] + ["", ""]
+    assert out[0]["gpu_checked"].startswith("checked on a real NVIDIA H200")
+
+
+def test_predict_gpu_says_how_sure_in_its_json_and_under_its_table(monkeypatch):
+    import json
+
+    from typer.testing import CliRunner
+
+    from attnprof.cli import app
+    from attnprof.profiler.hardware.gpus import ENV_VAR
+
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    args = ["predict", "--variant", "sdpa", "--mode", "plain", "--seq-len", "1024", "--d-model", "64", "--heads", "2",
+            "--layers", "1", "--dtype", "bf16", "--gpu", "h200", "--gpu", "l4"]
+    result = CliRunner().invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    h200, l4 = json.loads(result.stdout)
+    assert h200["gpu_checked"].startswith("checked on a real NVIDIA H200")
+    assert h200["gpu_checked"].endswith("this point's seq_len, d_model, heads, layers, d_ff not among those measured")
+    assert l4["gpu_checked"] == "not checked on a real GPU: l4 was never measured (measured: h200)"
+    table = CliRunner().invoke(app, args).stdout.splitlines()
+    assert table[-2:] == [f"how sure, h200: {h200['gpu_checked']}", f"how sure, l4: {l4['gpu_checked']}"]

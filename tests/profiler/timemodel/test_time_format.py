@@ -60,3 +60,12 @@ def test_the_ranking_has_one_section_per_gpu_and_lists_what_was_left_out():
     assert "left out: full plain n=1024: does not fit h100-sxm" in text
     cpu = format_ranking([record("sdpa", 1.0, 1.0)], gpus=[])
     assert cpu.splitlines()[0].endswith(CPU_LABEL)
+
+
+def test_a_gpu_ranking_says_how_sure_the_model_is_once_per_gpu_and_never_on_the_cpu():
+    said = "not checked on a real GPU: l4 was never measured (measured: h200)"
+    a = record("sdpa", 1.0, 1.0, gpu="l4", gpu_fits=True, gpu_time_fwd_ms=1.0, gpu_time_bwd_ms=1.0, gpu_checked=said)
+    b = record("full", 1.0, 1.0, gpu="l4", gpu_fits=True, gpu_time_fwd_ms=2.0, gpu_time_bwd_ms=1.0, gpu_checked=said)
+    text = format_ranking([a, b], gpus=["l4"])
+    assert text.splitlines()[-1] == f"how sure (the GPU model against a real GPU): {said}"
+    assert "how sure" not in format_ranking([record("sdpa", 1.0, 1.0, gpu_checked=said)], gpus=[])
