@@ -255,11 +255,14 @@ def sweep(scenario: ScenarioOpt = None,
 
 
 def print_outcome(run) -> None:
-    from attnprof.profiler.runner.summary import outcome_line, print_summary
+    from attnprof.profiler.runner.summary import outcome_line, phases_line, print_summary
 
     s = run.summary
     print_summary(run.records())
-    typer.echo(outcome_line(s.wall_s, len(s.records), s.kept, s.compute_s, s.timed_s, run.capacity_s))
+    typer.echo(outcome_line(s.wall_s, len(s.records), s.kept, s.compute_s, s.timed_s, run.capacity_s, s.ahead_s))
+    phases = phases_line(s.records)  # issue 38: where a point's seconds go (this invocation's points)
+    if phases:
+        typer.echo(phases)
 
 
 # --- report and gate ----------------------------------------------------------------------------

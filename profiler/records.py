@@ -366,6 +366,10 @@ class PointRecord:
     achieved_flops_per_s: Optional[float] = None  # predicted FLOPs / median(fwd+bwd)
     # --- bookkeeping ---
     point_wall_s: Optional[float] = None  # wall time of the whole point in its worker
+    # where a point's seconds went (issue 38): start (from the sweep sending the point to the worker
+    # beginning it: fork or a fresh process, imports), predict, cuda_context (the worker's first CUDA
+    # call), memory_pass, timing_pass; the phases a point reached
+    point_phases_s: dict = field(default_factory=dict)
     finished_at: str = ""  # ISO time
 
     @classmethod

@@ -5,9 +5,9 @@ and one scalar per cell, with the units in the column names as the records alrea
 them (``peak_bytes``, ``time_fwd_ms``). The columns are ``PointRecord``'s fields in its
 order (no second list to keep in step), with two changes that keep every cell scalar:
 
-- ``predicted_breakdown_bytes`` (category -> bytes) becomes one column per category,
-  ``predicted_breakdown_bytes.CATEGORY`` (the union over the rows, sorted; empty where a
-  row lacks it);
+- each object field (``predicted_breakdown_bytes``: category -> bytes; ``point_phases_s``:
+  phase -> seconds) becomes one column per key, ``FIELD.KEY`` (the union over the rows,
+  sorted; empty where a row lacks it);
 - the timing samples (lists) stay lists in JSON and are JSON text in CSV and Parquet.
 
 Two columns are added in front: ``point``, the point's stable name (``benchmark_action``
@@ -35,6 +35,7 @@ from attnprof.profiler.records import PointRecord, step_time_ms
 from attnprof.reports.benchmark_action import point_name
 
 BREAKDOWN = "predicted_breakdown_bytes"
+OBJECT_FIELDS = (BREAKDOWN, "point_phases_s")  # key -> number: one column per key
 LIST_FIELDS = ("time_fwd_samples_ms", "time_bwd_samples_ms")
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 PARQUET_HINT = "pip install 'attnprof[parquet]' (or: pip install pyarrow)"
@@ -56,11 +57,11 @@ def non_finite(record: dict) -> str | None:
 
 def columns(records: list[dict], gpu_types: bool = False) -> list[str]:
     """The table's columns for these records, in order."""
-    categories = sorted({str(k) for r in records for k in (r.get(BREAKDOWN) or {})})
     out = ["point"] + (["gpu_type"] if gpu_types else [])
     for f in fields(PointRecord):
-        if f.name == BREAKDOWN:
-            out += [f"{BREAKDOWN}.{c}" for c in categories]
+        if f.name in OBJECT_FIELDS:
+            keys = sorted({str(k) for r in records for k in (r.get(f.name) or {})})
+            out += [f"{f.name}.{k}" for k in keys]
             continue
         out.append(f.name)
         if f.name == "time_bwd_ms":
@@ -75,9 +76,9 @@ def row_of(record: dict) -> dict:
         row["gpu_type"] = record["gpu_type"]
     for f in fields(PointRecord):
         value = record.get(f.name)
-        if f.name == BREAKDOWN:
-            for category, amount in (value or {}).items():
-                row[f"{BREAKDOWN}.{category}"] = amount
+        if f.name in OBJECT_FIELDS:
+            for key, amount in (value or {}).items():
+                row[f"{f.name}.{key}"] = amount
             continue
         row[f.name] = value
         if f.name == "time_bwd_ms":
@@ -150,7 +151,7 @@ def parquet_schema(pa, cols: list[str], rows: list[dict]):
     kinds = _kinds()
     out = []
     for c in cols:
-        if c.startswith(BREAKDOWN + "."):
+        if c.partition(".")[0] in OBJECT_FIELDS:
             ints = all(isinstance(r[c], int) for r in rows if r[c] is not None)
             out.append(pa.field(c, pa.int64() if ints else pa.float64()))
         else:

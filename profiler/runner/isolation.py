@@ -141,7 +141,8 @@ class PointRunner:
         read_fd, write_fd = os.pipe()
         result = Connection(read_fd, writable=False)
         try:
-            socket.send_fds(self.ctl, [pickle.dumps(("run", point, child_settings))], [write_fd])
+            sent = {**child_settings, "sent_at": time.time()}  # the worker's "start" phase (point_phases_s)
+            socket.send_fds(self.ctl, [pickle.dumps(("run", point, sent))], [write_fd])
         except OSError:
             result.close()
             self.close()

@@ -127,9 +127,34 @@ def ratio(wall_s: float, part_s: float) -> str:
     return f" (x{wall_s / part_s:.2f})"
 
 
-def outcome_line(wall_s: float, new: int, kept: int, compute_s: float, timed_s: float, capacity_s: float = 0.0) -> str:
+def outcome_line(wall_s: float, new: int, kept: int, compute_s: float, timed_s: float, capacity_s: float = 0.0,
+                 ahead_s: float = 0.0) -> str:
     """The sweep's last line: wall time, points, and the time inside points and timed passes."""
     return (f"wall {wall_s:.1f} s for {new} new points, {kept} kept from before; "
             f"{compute_s:.1f} s inside the points' processes{ratio(wall_s, compute_s)}, "
             f"{timed_s:.1f} s of timed forward/backward passes{ratio(wall_s, timed_s)}"
+            + (f"; predictions ahead {ahead_s:.1f} s" if ahead_s else "")
             + (f"; capacity predictions {capacity_s:.1f} s" if capacity_s else ""))
+
+
+PHASES = ("start", "predict", "cuda_context", "memory_pass", "timing_pass")  # worker.measure_point's order
+
+
+def phases_line(records: Iterable[dict]) -> str:
+    """Where a measured point's seconds went (``point_phases_s``), the median of each phase over
+    the ok points, with their median wall time; '' when no ok point has phases."""
+    import statistics
+
+    rows = [r for r in records if r.get("status") == "ok" and isinstance(r.get("point_phases_s"), dict)
+            and r["point_phases_s"]]
+    if not rows:
+        return ""
+    names = [p for p in PHASES if any(p in r["point_phases_s"] for r in rows)]
+    cells = []
+    for name in names:
+        values = [r["point_phases_s"][name] for r in rows if isinstance(r["point_phases_s"].get(name), (int, float))]
+        if values:
+            cells.append(f"{name.replace('_', ' ')} {statistics.median(values):.2f} s")
+    walls = [r["point_wall_s"] for r in rows if isinstance(r.get("point_wall_s"), (int, float))]
+    tail = f" (point wall {statistics.median(walls):.2f} s)" if walls else ""
+    return f"per point, median of {len(rows)} ok: " + ", ".join(cells) + tail

@@ -165,6 +165,7 @@ class SweepSummary:
     records: list = field(default_factory=list)  # this invocation's new records
     kept: int = 0  # records already there (resume)
     wall_s: float = 0.0
+    ahead_s: float = 0.0  # predict_ahead's seconds (a CUDA sweep)
     interrupted: bool = False
     interrupted_by: Optional[int] = None  # the signal that stopped it (SIGINT for a KeyboardInterrupt)
 
@@ -203,6 +204,8 @@ def run_sweep(scenario: Scenario, out_dir: Path, settings: SweepSettings, *, res
             interrupts.check()
             done = _prepare(out_dir, scenario, settings, resume, executor)
             _set_time_model(settings)
+            if settings.device.startswith("cuda") and settings.executor == "local":
+                summary.ahead_s = predict_ahead([p for s in plan for p in s if p.key() not in done], settings.device)
             if settings.timeline:  # issue 25: the workers write RUN/timelines/NAME.real.memory.pickle
                 from attnprof.profiler.gpumeasure.memory_history import timelines_folder
 
@@ -220,6 +223,31 @@ def run_sweep(scenario: Scenario, out_dir: Path, settings: SweepSettings, *, res
             if progress is not None:
                 progress.close()
     return summary
+
+
+AHEAD_S = 60.0  # predict_ahead's deadline: a point left unpredicted then is predicted by its worker
+
+
+def _predict_one(point: Point) -> bool:
+    try:
+        predict(point)
+    except Exception:  # noqa: BLE001 - the point's worker meets it again and records it
+        return False
+    return True
+
+
+def predict_ahead(points: list[Point], device: str) -> float:
+    """Predict ``points`` as ``device`` runs them, over this machine's cores, before any is
+    measured (seconds taken). Each worker then reads its prediction from the cache
+    (predict/cache.py) instead of tracing it while the GPU waits: on a CUDA build a worker pays
+    for the fake-tensor imports itself (runner/preload.py), and a GPU machine's cores are
+    otherwise idle. Not on a CPU sweep, where the points' own cores would do it anyway. At most
+    AHEAD_S: what is left then, its worker predicts."""
+    from attnprof.profiler.predict.pool import within
+
+    started = time.perf_counter()
+    within(_predict_one, [(on_device(p, device),) for p in points if not shape_problem(p)], AHEAD_S)
+    return time.perf_counter() - started
 
 
 def _set_time_model(settings: SweepSettings) -> None:

@@ -55,3 +55,15 @@ def test_on_a_narrow_terminal_a_cells_time_goes_under_its_memory(monkeypatch):
     text = out.getvalue()
     assert "3.00 MiB" in text and "32ms" in text
     assert not any("3.00 MiB 32ms" in line for line in text.splitlines())
+
+
+def test_the_phases_line_gives_each_phases_median_over_the_ok_points():
+    from attnprof.profiler.runner.summary import phases_line
+
+    rows = [{"status": "ok", "point_wall_s": w, "point_phases_s": {"start": s, "predict": 0.1, "memory_pass": m}}
+            for w, s, m in [(1.0, 0.2, 0.5), (3.0, 0.4, 2.0), (2.0, 0.3, 1.0)]]
+    rows.append({"status": "error", "point_wall_s": 99.0, "point_phases_s": {"start": 50.0}})
+    line = phases_line(rows)
+    assert line == ("per point, median of 3 ok: start 0.30 s, predict 0.10 s, memory pass 1.00 s "
+                    "(point wall 2.00 s)"), line
+    assert phases_line([{"status": "ok", "point_phases_s": {}}]) == ""

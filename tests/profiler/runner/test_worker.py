@@ -33,6 +33,18 @@ def test_a_point_is_predicted_measured_and_timed():
     assert record.worker_pid == os.getpid() and record.host and record.finished_at and record.point_wall_s > 0
 
 
+def test_a_point_says_where_its_seconds_went():
+    import time
+
+    record = measure_point(POINT, settings(sent_at=time.time() - 0.25))
+    phases = record.point_phases_s
+    assert set(phases) == {"start", "predict", "memory_pass", "timing_pass"}, phases  # no CUDA context on a CPU
+    assert phases["start"] >= 0.25 and all(v >= 0 for v in phases.values())
+    assert sum(v for k, v in phases.items() if k != "start") <= record.point_wall_s
+    skipped = measure_point(POINT, settings(mem_limit_bytes=1))
+    assert set(skipped.point_phases_s) == {"predict"}  # the phases it reached
+
+
 def test_a_forward_only_point_times_no_backward():
     record = measure_point(Point("sdpa", "plain", "model", POINT.shape, forward_only=True), settings())
     assert record.status == "ok", record.reason
