@@ -93,7 +93,7 @@ def test_the_outcome_line_prints_no_ratio_over_zero_time(capsys):
     from attnprof.cli import print_outcome
 
     def printed(compute_s, timed_s):
-        summary = SimpleNamespace(wall_s=39.3, records=[], kept=0, compute_s=compute_s, timed_s=timed_s)
+        summary = SimpleNamespace(wall_s=39.3, records=[], kept=0, compute_s=compute_s, timed_s=timed_s, ahead_s=0.0)
         print_outcome(SimpleNamespace(summary=summary, records=lambda: [], capacity_s=0.0))
         return capsys.readouterr().out.splitlines()[-1]
 
