@@ -152,3 +152,21 @@ def test_a_real_grouped_call_on_this_cpu_is_counted(hkv):
         out = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
         out.backward(torch.randn_like(out))
     assert counter.total == closed_forward() + closed_backward()
+
+
+def test_torch_2_11s_formulas_that_refuse_grouped_heads_are_never_called(monkeypatch):
+    """torch 2.11's sdpa_flop_count asserted equal heads (the H200's error, issue 38): with
+    torch's formulas made to refuse the same way, a grouped call is still counted."""
+    from torch.utils import flop_counter
+
+    def refuse(*shapes):
+        raise AssertionError("sdpa_flop_count: query/key/value shapes are incompatible")
+
+    monkeypatch.setattr(flop_counter, "sdpa_flop_count", refuse)
+    monkeypatch.setattr(flop_counter, "sdpa_backward_flop_count", refuse)
+    q = torch.randn(B, HQ, N, D, requires_grad=True)
+    k, v = (torch.randn(B, 2, M, D, requires_grad=True) for _ in range(2))
+    with FlopCounter() as counter:
+        out = F.scaled_dot_product_attention(q, k, v, enable_gqa=True, is_causal=False)
+        out.backward(torch.randn_like(out))
+    assert counter.total == closed_forward() + closed_backward()
