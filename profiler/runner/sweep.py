@@ -35,7 +35,7 @@ from attnprof.profiler.forks import usable_cores
 from attnprof.profiler.measure.optimizer import on_device
 from attnprof.profiler.predict.fake_run import predict
 from attnprof.profiler.runner.executors import EXECUTORS, Executor, make_executor
-from attnprof.profiler.runner.failures import TRACEBACK_KEY, write_log
+from attnprof.profiler.runner.failures import TRACEBACK_KEY, failure_reason, write_log
 from attnprof.profiler.runner.interrupts import Interrupted, Interrupts
 from attnprof.profiler.runner.isolation import PointRunner
 from attnprof.profiler.runner.manifest import check_manifest_readable, check_resumable, write_manifest
@@ -149,9 +149,7 @@ def _skipped(point: Point, settings: SweepSettings, reason: str, status: str = "
         try:
             acc = predict(on_device(point, settings.device))  # issue 24: the step as the device runs it
         except Exception as exc:  # noqa: BLE001 - e.g. a plug-in that breaks under fake tensors
-            from attnprof.profiler.runner.worker import one_line
-
-            record.reason += f"; no prediction either: {one_line(exc)}"
+            record.reason += f"; no prediction either: {failure_reason(exc)}"
             return record
         record.predicted_peak_bytes, record.predicted_breakdown_bytes = acc.peak_bytes, acc.breakdown_bytes
         record.predicted_peak_op, record.predicted_peak_pass = acc.peak_op, acc.peak_pass  # issue 24: peak split
