@@ -112,7 +112,7 @@ def write_log(run_dir: Path, point: Point, row: dict) -> dict:
     if not isinstance(text, str) or not text or row.get("status") not in FAILED:
         return row
     path = log_path(run_dir, point)
-    header = f"{point.key_text()}\nstatus: {row.get('status')}\nreason: {row.get('reason', '')}\n\n"
+    header = f"point: {point.key_text()}\nstatus: {row.get('status')}\nreason: {row.get('reason', '')}\n\n"
     try:
         safeio.make_folder(path.parent)
         safeio.write_atomic(path, (header + text).encode("utf-8", "backslashreplace"))
