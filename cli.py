@@ -252,6 +252,10 @@ def sweep(scenario: ScenarioOpt = None,
     if run.report_path:
         typer.echo(f"report: {run.report_path}")
     typer.echo(f"results: {run.results_path}")
+    failure = run.failure()  # issue 38: a sweep that measured nothing is loud
+    if failure:
+        typer.echo(f"error: {failure}", err=True)
+        raise typer.Exit(run.exit_code)
 
 
 def print_outcome(run) -> None:

@@ -38,10 +38,21 @@ class SweepRun:
 
     @property
     def exit_code(self) -> int:
-        """0, or 128 + the signal that stopped the sweep (130 Ctrl-C, 143 SIGTERM)."""
+        """0; 1 when no point of the run folder ended ok (``failure``); or 128 + the signal
+        that stopped the sweep (130 Ctrl-C, 143 SIGTERM)."""
         if not self.interrupted:
-            return 0
+            return 1 if self.failure() else 0
         return 128 + (getattr(self.summary, "interrupted_by", None) or 2)
+
+    def failure(self) -> Optional[str]:
+        """One line when the sweep ran to its end and no point of its run folder(s) ended ok
+        (kept points of a --resume count): how many by status, and the commonest reason.
+        None when a point was measured, or when the sweep was interrupted (resume completes it)."""
+        if self.summary is None or self.interrupted:
+            return None
+        from attnprof.profiler.runner.failures import no_point_ok
+
+        return no_point_ok(self.records())
 
     @property
     def results_path(self) -> Path:

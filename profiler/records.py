@@ -314,6 +314,7 @@ class PointRecord:
     device_name: str = ""
     host: str = ""  # the machine that measured the point (the sweep's own for points it did not run)
     worker_pid: Optional[int] = None  # the process that measured it; None when no worker ran
+    error_log: str = ""  # an error or oom: its full traceback, RUN/logs/NAME.log (runner/failures.py); "" if none
     # --- issue 24: attention ---
     kv_repeat: str = ""  # grouped KV heads: "enable_gqa" (SDPA's own) | "repeat" (K/V copied per head) | ""
     # --- prediction (fake tensors, CPU device) ---

@@ -4,10 +4,12 @@ Why not ``FlopCounterMode`` itself: its module tracker keeps tensors alive, whic
 changes the memory peak it runs beside (measured: +31% for checkpointed SDPA at n=512).
 This mode only reads shapes.
 
-torch's registry also lacks ``_scaled_dot_product_flash_attention_for_cpu`` (it counts 0).
-The formulas added for it are torch's own SDPA ones, halved when causal because the
-flash kernels skip fully masked blocks (FlashAttention-2, Dao 2023, §3.1). Materialised
-(einsum) attention is counted as the matmuls it runs: causal or not, every score.
+Every SDPA backend op (CPU flash, which torch's registry counts as 0; CUDA's flash,
+memory-efficient and cuDNN ops, which torch 2.11 cannot count with grouped KV heads) is
+counted by flops_sdpa.py: torch's own formulas, halved when causal because the fused
+kernels skip fully masked blocks (FlashAttention-2, Dao 2023, §3.1). Materialised
+(einsum) attention and SDPA's math backend are counted as the matmuls they run: causal
+or not, every score.
 """
 
 from __future__ import annotations
@@ -16,26 +18,10 @@ import torch
 from torch.utils import flop_counter as fc
 from torch.utils._python_dispatch import TorchDispatchMode
 
-aten = torch.ops.aten
+from attnprof.profiler.measure.flops_sdpa import SDPA_FORMULAS
 
-
-@fc.shape_wrapper
-def _cpu_flash_fwd(query, key, value, dropout_p=0.0, is_causal=False, *args, out_shape=None, **kwargs) -> int:
-    flops = fc.sdpa_flop_count(query, key, value)
-    return flops // 2 if is_causal else flops
-
-
-@fc.shape_wrapper
-def _cpu_flash_bwd(grad_out, query, key, value, out, lse, dropout_p, is_causal, *args, out_shape=None, **kw) -> int:
-    flops = fc.sdpa_backward_flop_count(grad_out, query, key, value)
-    return flops // 2 if is_causal else flops
-
-
-REGISTRY = {
-    **fc.flop_registry,
-    aten._scaled_dot_product_flash_attention_for_cpu: _cpu_flash_fwd,
-    aten._scaled_dot_product_flash_attention_for_cpu_backward: _cpu_flash_bwd,
-}
+# torch's formulas (matmuls, convolutions), every SDPA op's replaced by ours (flops_sdpa.py)
+REGISTRY = {**fc.flop_registry, **SDPA_FORMULAS}
 
 
 class FlopCounter(TorchDispatchMode):

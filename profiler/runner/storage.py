@@ -33,9 +33,10 @@ RESULTS_FILE = "results.jsonl"
 MANIFEST_FILE = "manifest.json"
 LOCK_FILE = ".sweep.lock"
 QUARANTINE_FILE = "results.quarantine.jsonl"  # invalid lines moved aside on resume (quarantine.py)
-# Every file a sweep writes into its run folder, and the temporary file of the manifest
+# Every file (and folder) a sweep writes into its run folder, and the temporary file of the manifest
+LOGS_DIR = "logs"  # a failed point's full traceback: RUN/logs/NAME.log (failures.py)
 WRITTEN_FILES = (RESULTS_FILE, MANIFEST_FILE, MANIFEST_FILE + ".tmp", LOCK_FILE, QUARANTINE_FILE,
-                 RESULTS_FILE + ".tmp")
+                 RESULTS_FILE + ".tmp", LOGS_DIR)
 MAX_MANIFEST_BYTES = 16 << 20
 _MANIFEST_SECTIONS = ("scenario", "settings", "environment")
 

@@ -35,6 +35,7 @@ from attnprof.profiler.forks import usable_cores
 from attnprof.profiler.measure.optimizer import on_device
 from attnprof.profiler.predict.fake_run import predict
 from attnprof.profiler.runner.executors import EXECUTORS, Executor, make_executor
+from attnprof.profiler.runner.failures import TRACEBACK_KEY, failure_reason, write_log
 from attnprof.profiler.runner.interrupts import Interrupted, Interrupts
 from attnprof.profiler.runner.isolation import PointRunner
 from attnprof.profiler.runner.manifest import check_manifest_readable, check_resumable, write_manifest
@@ -148,9 +149,7 @@ def _skipped(point: Point, settings: SweepSettings, reason: str, status: str = "
         try:
             acc = predict(on_device(point, settings.device))  # issue 24: the step as the device runs it
         except Exception as exc:  # noqa: BLE001 - e.g. a plug-in that breaks under fake tensors
-            from attnprof.profiler.runner.worker import one_line
-
-            record.reason += f"; no prediction either: {one_line(exc)}"
+            record.reason += f"; no prediction either: {failure_reason(exc)}"
             return record
         record.predicted_peak_bytes, record.predicted_breakdown_bytes = acc.peak_bytes, acc.breakdown_bytes
         record.predicted_peak_op, record.predicted_peak_pass = acc.peak_op, acc.peak_pass  # issue 24: peak split
@@ -286,6 +285,7 @@ def _run_plan(plan: list[list[Point]], done: dict, settings: SweepSettings, exec
     child = settings.for_child()
 
     def write(point: Point, record: dict, lane: _Series) -> None:
+        record = write_log(summary.out_dir, point, record)  # a failure's traceback into RUN/logs (issue 38)
         append_record(summary.out_dir, PointRecord.from_dict(record))
         summary.records.append(record)
         if on_record:
@@ -315,9 +315,10 @@ def _run_plan(plan: list[list[Point]], done: dict, settings: SweepSettings, exec
             point, result = finished.point, finished.result
             lane = lane_of.pop(point.key())
             lane.running = False
-            if "variant" not in result:  # timeout / crash: build the record here
+            if "variant" not in result:  # timeout / crash / a Ray task's error: build the record here
                 where = {k: result.get(k) for k in ("host", "worker_pid", "device_name")}
-                result = _skipped(point, settings, result["reason"], result["status"], **where).to_row()
+                tb = {k: v for k, v in result.items() if k == TRACEBACK_KEY}  # a Ray task's error: its traceback
+                result = {**_skipped(point, settings, result["reason"], result["status"], **where).to_row(), **tb}
             write(point, result, lane)
 
 

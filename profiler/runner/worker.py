@@ -29,6 +29,7 @@ from attnprof.profiler.measure.accounting import account
 from attnprof.profiler.measure.optimizer import on_device
 from attnprof.profiler.predict.fake_run import predict
 from attnprof.profiler.runner.estimate import add_time_fields
+from attnprof.profiler.runner.failures import failure_reason, keep_traceback, row_of
 from attnprof.profiler.records import Point, PointRecord
 from attnprof.profiler.units import fmt_bytes
 from attnprof.profiler.measure.workload import Workload, kv_repeat, scope_note
@@ -142,7 +143,8 @@ def measure_point(point: Point, settings: dict) -> PointRecord:
             _timing_pass(point, record, settings, record.point_phases_s["memory_pass"])
     except Exception as exc:  # noqa: BLE001 - any failure of one point is that point's result
         record.status = "oom" if is_oom(exc) else "error"
-        record.reason = one_line(exc)
+        record.reason = failure_reason(exc)  # issue 38: type, first line, innermost attnprof frame
+        keep_traceback(record, exc)  # the sweep writes it to RUN/logs (failures.py)
         if record.status == "error" and settings.get("debug"):
             traceback.print_exc()
     finally:
@@ -258,7 +260,7 @@ def child_main(result_fd: int, point: Point, settings: dict) -> None:
     """Measure the point and send its record, length-prefixed, down the result pipe."""
     conn = Connection(result_fd, readable=False)
     try:
-        conn.send(measure_point(point, settings).to_row())
+        conn.send(row_of(measure_point(point, settings)))  # the record, and a failure's traceback
     finally:
         conn.close()
 
@@ -289,7 +291,7 @@ def run_child(result_fd: int, point: Point, settings: dict, helper_pid: int) -> 
 
 def _test_hook(hook: str, point: Point) -> None:
     """``TARGET=ACTION`` (several: separated by ';'); TARGET a variant or VARIANT@LENGTH,
-    ACTION sigkill | segfault | hang | oom."""
+    ACTION sigkill | segfault | hang | oom | error."""
     for one in hook.split(";"):
         target, _, action = one.strip().partition("=")
         if target in (point.variant, f"{point.variant}@{point.shape.seq_len}"):
@@ -307,3 +309,6 @@ def _test_action(action: str) -> None:
         time.sleep(3600)
     elif action == "oom":
         raise MemoryError("simulated out of memory")
+    elif action == "error":  # shaped like CUDA's errors: a line of fact, then lines of generic advice
+        raise RuntimeError("CUDA error: simulated initialization error\nCUDA kernel errors might be asynchronously "
+                           "reported at some other API call.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1")

@@ -1,13 +1,16 @@
-"""api/sweeping.py: one-call sweep -> capacity -> report, a used folder refused, exit codes of interrupted sweeps."""
+"""api/sweeping.py: one-call sweep -> capacity -> report, a used folder refused, exit codes of interrupted sweeps
+and of sweeps in which no point ended ok (issue 38)."""
 
 import json
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
 
 from attnprof import api
 from attnprof.errors import UserError
-from attnprof.profiler.runner.storage import read_records
+from attnprof.profiler.records import Point, PointRecord, Shape
+from attnprof.profiler.runner.storage import append_record, read_records
 from attnprof.scenarios.scenario import Scenario
 
 TINY = dict(variants=["sdpa"], modes=["plain"], min_len=64, max_len=128, d_model=32, heads=2, layers=1,
@@ -44,5 +47,13 @@ def test_an_interrupted_sweep_exits_128_plus_the_signal(tmp_path, signum, code):
     if signum is not None:
         summary.interrupted_by = signum
     run = api.SweepRun(tmp_path, Scenario(), "cpu", 1, summary)
-    assert run.interrupted and run.exit_code == code
-    assert api.SweepRun(tmp_path, Scenario(), "cpu", 1, SimpleNamespace(interrupted=False)).exit_code == 0
+    assert run.interrupted and run.exit_code == code and run.failure() is None  # resume completes it
+
+
+def test_a_finished_sweep_exits_0_with_an_ok_point_and_1_without(tmp_path):
+    finished = api.SweepRun(tmp_path, Scenario(), "cpu", 1, SimpleNamespace(interrupted=False))
+    point = Point("sdpa", "plain", "model", Shape(seq_len=64, d_model=32, heads=2, layers=1))
+    append_record(tmp_path, PointRecord.for_point(point, status="error", reason="RuntimeError: x (at cli.py:1)"))
+    assert finished.exit_code == 1 and finished.failure().endswith("(1 of 1): RuntimeError: x (at cli.py:1)")
+    append_record(tmp_path, PointRecord.for_point(replace(point, shape=replace(point.shape, seq_len=128))))
+    assert finished.exit_code == 0 and finished.failure() is None

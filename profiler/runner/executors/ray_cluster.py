@@ -217,6 +217,7 @@ def point_task(point: Point, settings: dict):
 
     from attnprof import __version__
     from attnprof.profiler.runner import worker
+    from attnprof.profiler.runner.failures import row_of
     from attnprof.profiler.runner.preload import warm_up
 
     warm_up()  # torch and the fake-tensor machinery, as the local helper does: not part of the point's time
@@ -225,7 +226,7 @@ def point_task(point: Point, settings: dict):
     settings = {**settings, "device_name": name}
     yield {"started": True, "host": socket.gethostname(), "worker_pid": os.getpid(), "device_name": name,
            "attnprof_version": __version__}
-    yield worker.measure_point(point, settings).to_row()
+    yield row_of(worker.measure_point(point, settings))  # a failure's traceback too (runner/failures.py)
 
 
 @dataclass
@@ -339,9 +340,11 @@ class RayExecutor(Executor):
         if isinstance(exc, (errors.NodeDiedError, errors.LocalRayletDiedError, errors.ObjectLostError)):
             return {"status": "crashed", "reason": f"the Ray node running the point was lost{where}: {text[:200]}"}
         if isinstance(exc, errors.RayTaskError):  # our task's code raised outside measure_point: e.g. no attnprof
-            cause = getattr(exc, "cause", None) or exc
-            return {"status": "error", "reason": f"the Ray task failed{where}: {type(cause).__name__}: "
-                                                 f"{' '.join(str(cause).split())[:200]}"}
+            from attnprof.profiler.runner.failures import TRACEBACK_KEY, failure_reason, full_traceback
+
+            cause = getattr(exc, "cause", None) or exc  # Ray's traceback_str: the remote traceback, for RUN/logs
+            return {"status": "error", "reason": f"the Ray task failed{where}: {failure_reason(cause)}",
+                    TRACEBACK_KEY: getattr(exc, "traceback_str", "") or full_traceback(exc)}
         return {"status": "crashed", "reason": f"the Ray task failed{where}: {type(exc).__name__}: {text[:200]}"}
 
     def _check_version(self, version: Optional[str], host: Optional[str]) -> None:

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import re
 
 import pytest
 import torch
 
 from attnprof.profiler.records import Point, PointRecord, Shape
+from attnprof.profiler.runner.failures import TRACEBACK_KEY, row_of
 from attnprof.profiler.runner.worker import child_main, is_oom, measure_point, memory_limit, one_line
 
 POINT = Point("sdpa", "plain", "model", Shape(seq_len=64, d_model=32, heads=2, layers=1))
@@ -60,10 +62,21 @@ def test_a_point_predicted_over_the_memory_limit_is_skipped_before_it_runs():
 
 def test_a_failure_inside_a_point_is_its_status_with_a_one_line_reason():
     record = measure_point(POINT, settings(test_hook="sdpa@64=oom"))
-    assert record.status == "oom" and record.reason == "MemoryError: simulated out of memory"
+    assert record.status == "oom" and record.reason.startswith("MemoryError: simulated out of memory (at ")
     assert record.predicted_peak_bytes > 0 and record.point_wall_s is not None
     broken = measure_point(Point("no_such_variant", "plain", "model", POINT.shape), settings())
     assert broken.status == "error" and "\n" not in broken.reason and broken.reason
+
+
+def test_an_error_keeps_its_first_line_and_where_in_attnprof_and_its_traceback_travels_with_the_row():
+    record = measure_point(POINT, settings(test_hook="sdpa=error"))
+    assert record.status == "error"
+    assert re.fullmatch(r"RuntimeError: CUDA error: simulated initialization error "
+                        r"\(at profiler/runner/worker\.py:\d+\)", record.reason), record.reason
+    row = row_of(record)
+    assert "Traceback (most recent call last)" in row[TRACEBACK_KEY] and "CUDA_LAUNCH_BLOCKING" in row[TRACEBACK_KEY]
+    assert TRACEBACK_KEY not in PointRecord.from_dict(row).to_row()  # never a field of results.jsonl
+    assert TRACEBACK_KEY not in row_of(measure_point(POINT, settings()))  # an ok point sends none
 
 
 def test_out_of_memory_is_recognised_by_type_and_by_message():
