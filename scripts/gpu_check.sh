@@ -99,6 +99,9 @@ stage() {  # stage NAME CAP_S FUNCTION: run under min(cap, time left), log, one 
         124|137) status="TIMEOUT after ${limit} s"; FAILED=1 ;;
         *) status="FAILED rc=$rc"; FAILED=1 ;;
     esac
+    if [ "$status" != ok ] && [ -z "$headline" ]; then  # why, in its own line: the log's last words
+        headline="last line: $(grep -v '^\s*$' "$WORK/logs/$name.log" | tail -1 | cut -c1-200)"
+    fi
     say "$name: $status ($((SECONDS - start)) s)${headline:+ - $headline}"
     [ "$status" = ok ] || tail -5 "$WORK/logs/$name.log"
     pack
@@ -151,7 +154,15 @@ status() {
 }
 
 environment() { run "$1" "$PYTHON" scripts/gpu_check.py environment "$WORK/environment.json" "${DRYFLAG[@]}"; }
-gpu_tests() { run "$1" "$PYTHON" -m pytest -q -rs -p no:cacheprovider -m gpu tests; }
+gpu_tests() {
+    local rc failed
+    run "$1" "$PYTHON" -m pytest -q -rfEs -p no:cacheprovider -m gpu tests > "$WORK/logs/pytest.txt" 2>&1
+    rc=$?
+    cat "$WORK/logs/pytest.txt"
+    failed="$(grep -E '^(FAILED|ERROR) ' "$WORK/logs/pytest.txt" | head -1 | cut -c1-200)"
+    echo "HEADLINE: $(grep -v '^\s*$' "$WORK/logs/pytest.txt" | tail -1 | tr -d '=' | sed 's/^ *//')${failed:+; first: $failed}"
+    return "$rc"
+}
 # every built-in variant in each mode, one length (issue 38 item 5)
 sweep() {
     points sweep 1 "$1" "${COMMON[@]}" "${SHAPE[@]}" --dtype bf16 "${VARIANTS[@]}" --mode "$MODES" --seq-len "$N"
