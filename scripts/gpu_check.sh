@@ -111,9 +111,8 @@ ATTNPROF=("$PYTHON" -m attnprof)
 
 # The shapes. GPU: the check's model (d_model 1024, 16 heads of 64, 2 layers, bf16) at 4K, and the README's
 # default shape (scenarios/presets/default.toml: float32, d_model 128, 4 heads, 2 layers, 2 repeats) for the
-# 64K and seconds stages. Dry run: tiny shapes, plain mode only in the sweep stage (the same code and flags).
-# Dry run: tiny shapes and fewer points (plain mode in the sweep; one variant or mode where a GPU stage has
-# several): the same code and flags, within CI's 4 minutes on 2 cores.
+# 64K and seconds stages. Dry run: tiny shapes and fewer points (plain mode in the sweep; one variant or mode
+# where a GPU stage has several): the same code and flags, within CI's 4 minutes on 2 cores.
 VARIANTS=(--variant full,sdpa,lsh,sparse_strided,sparse_fixed,sliding_window,talking_heads)
 if [ "$DRY" = 1 ]; then
     DEVICE=cpu; SHAPE=(--d-model 64 --heads 2 --layers 1); N=256; LONG=512; MODES=plain
@@ -131,8 +130,8 @@ fi
 COMMON=(--device "$DEVICE" --batch 1 "${REPS[@]}" --point-timeout 60 --no-report --quiet)
 
 left() { echo $(( $1 - (SECONDS - STAGE_START) )); }  # left LIMIT: seconds this stage has left
-# points STAGE SHARES LIMIT SWEEP-ARGS...: one CUDA (dry run: CPU) sweep into runs/STAGE-K, under LIMIT/SHARES
-# of the stage's time left; its exit and its last line kept when it ended before recording anything
+# points NAME SHARES LIMIT SWEEP-ARGS...: one CUDA (dry run: CPU) sweep into runs/NAME, under 1/SHARES of the
+# stage's time left; a cut or a sweep that could not start is kept in NOTES (with its last line) for the status
 SWEEP_RC=0; NOTES=""
 points() {
     local name="$1" shares="$2" limit="$3" budget rc; shift 3
@@ -184,7 +183,7 @@ train() {
         --variant sdpa --mode "$VOCAB_MODES" --seq-len "$N"
     status "$WORK"/runs/train-*
 }
-# one 64K point per variant at the README's default shape (dry run: 1K), plain: the longest the README promises
+# one 64K point per variant at the README's default shape (dry run: sdpa at 512), plain: the longest the README promises
 long() {
     points long 1 "$1" --device "$DEVICE" --scenario default "${LONG_VARIANTS[@]}" --mode plain --seq-len "$LONG" \
         "${README_REPS[@]}" --point-timeout 60 --no-report --quiet

@@ -202,10 +202,14 @@ def seconds(run: Path, wall_s: float, full_points: int) -> int:
               f"{r.get('point_wall_s') if r.get('point_wall_s') is not None else '-'} s in its worker")
     per_point = wall_s / len(records)
     statuses = Counter(str(r.get("status")) for r in records)
-    print(f"HEADLINE: {len(records)} points ({', '.join(f'{n} {s}' for s, n in sorted(statuses.items()))}) "
-          f"in {wall_s:.1f} s: {per_point:.2f} s/point measured (the sweep's start included), "
-          f"{sum(inside):.1f} s inside workers, {timed_s:.2f} s timed passes; "
-          f"{full_points} points at this pace: {per_point * full_points / 60:.1f} min (extrapolated, not measured)")
+    variants = sorted({str(r.get("variant")) for r in records})
+    worker = (f"{sum(inside):.1f} s inside workers (median {statistics.median(inside):.2f} s a point)"
+              if inside else "no worker time recorded")
+    print(f"HEADLINE: {len(records)} points of {', '.join(variants)} "
+          f"({', '.join(f'{n} {s}' for s, n in sorted(statuses.items()))}) in {wall_s:.1f} s: "
+          f"{per_point:.2f} s/point measured (the sweep's start included), {worker}, {timed_s:.2f} s timed passes; "
+          f"{full_points} points at this pace: {per_point * full_points / 60:.1f} min (extrapolated from this slice, "
+          f"not measured)")
     return 0 if statuses.get("ok") else 1
 
 

@@ -57,8 +57,9 @@ def test_seconds_per_point_and_the_full_sweep_labelled_as_extrapolated(points, t
     run = write_run(tmp_path / "run", [record(n=n, status="ok", point_wall_s=2.5) for n in (256, 512, 1024)])
     assert points.seconds(run, 30.0, 189) == 0
     headline = [line for line in capsys.readouterr().out.splitlines() if line.startswith("HEADLINE: ")][-1]
-    assert "3 points (3 ok) in 30.0 s: 10.00 s/point" in headline and "7.5 s inside workers" in headline
-    assert "189 points at this pace: 31.5 min (extrapolated, not measured)" in headline
+    assert "3 points of sdpa (3 ok) in 30.0 s: 10.00 s/point" in headline
+    assert "7.5 s inside workers (median 2.50 s a point)" in headline
+    assert "189 points at this pace: 31.5 min (extrapolated from this slice, not measured)" in headline
 
 
 def cuda_record(kv_heads: int) -> dict:
