@@ -119,13 +119,14 @@ if [ "$DRY" = 1 ]; then
     SECONDS_LENS=(--seq-len 256); REPS=(--repeats 1 --warmup 0); DRYFLAG=(--dry-run); README_REPS=("${REPS[@]}")
     LLAMA=(--layers 1 --d-model 64 --heads 8 --ffn-dim 128 --vocab 512); VOCAB=512
     AMP_VARIANTS=sdpa; GQA_VARIANTS=sdpa; VOCAB_MODES=plain; LONG_VARIANTS=(--variant sdpa); SECONDS_MODES=plain
+    SECONDS_CACHE="$WORK/cache"  # warm: a cold one would recalibrate this CPU's time model (~10 s), no GPU's cost
 else
     DEVICE=cuda; SHAPE=(--d-model 1024 --heads 16 --layers 2); N=4096; LONG=65536; MODES=plain,checkpoint,reversible
     SECONDS_LENS=(--seq-len 256 --seq-len 8192 --seq-len 65536); REPS=(--repeats 5 --warmup 2); DRYFLAG=()
     README_REPS=()  # the default scenario's own: 2 repeats, 1 warm-up
     LLAMA=(--layers 2); VOCAB=32000
     AMP_VARIANTS=sdpa,full; GQA_VARIANTS=sdpa,sliding_window; VOCAB_MODES=plain,checkpoint; LONG_VARIANTS=("${VARIANTS[@]}")
-    SECONDS_MODES=plain,checkpoint,reversible
+    SECONDS_MODES=plain,checkpoint,reversible; SECONDS_CACHE="$WORK/cache-seconds"  # cold, as a first run's
 fi
 COMMON=(--device "$DEVICE" --batch 1 "${REPS[@]}" --point-timeout 60 --no-report --quiet)
 
@@ -207,7 +208,7 @@ models() {
 seconds_stage() {
     local t0 t1 rc
     t0=$(date +%s.%N)
-    ATTNPROF_CACHE_DIR="$WORK/cache-seconds" run "$1" "${ATTNPROF[@]}" sweep --device "$DEVICE" --scenario default \
+    ATTNPROF_CACHE_DIR="$SECONDS_CACHE" run "$1" "${ATTNPROF[@]}" sweep --device "$DEVICE" --scenario default \
         --variant sdpa --mode "$SECONDS_MODES" "${SECONDS_LENS[@]}" "${README_REPS[@]}" --no-report --quiet \
         --out "$WORK/runs-seconds" 2>&1
     rc=$?
