@@ -81,6 +81,9 @@ def compare(runs: list[Path], csv_path: Path) -> int:
 
     rows = []
     for run in runs:
+        if not (run / "results.jsonl").is_file():  # a stage that ended before its first point
+            print(f"{run}: no results.jsonl")
+            continue
         for r in read_records(run):
             pred, meas = r.get("predicted_peak_bytes"), r.get("measured_peak_bytes")
             rows.append({**{c: r.get(c) for c in COLUMNS},
@@ -105,7 +108,8 @@ def compare(runs: list[Path], csv_path: Path) -> int:
     print(f"HEADLINE: {len(rows)} points ({', '.join(f'{n} {s}' for s, n in sorted(statuses.items()))}); "
           f"measured/predicted peak median {statistics.median(ratios):.3f} (min {min(ratios):.3f}, "
           f"max {max(ratios):.3f}) by {ok[0]['measured_by']}")
-    return 0 if len(ok) == len(rows) else 1
+    # a point skipped as too large for the device is the sweep doing its job; any other non-ok point fails
+    return 0 if all(r["status"] in ("ok", "skipped") for r in rows) else 1
 
 
 def main() -> int:

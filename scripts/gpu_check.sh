@@ -10,21 +10,31 @@
 #   GPU_CHECK_DEADLINE_S=360     one deadline for everything; each stage gets the lesser of its cap and what is left
 #   STAGES="sweep compare"       a subset, e.g. to rerun after a cut
 #
-# attnprof is imported from this checkout (a link on PYTHONPATH), never installed. Stages:
-# environment (torch, CUDA, cuDNN, driver, device, the SDPA backend torch picks for the
-# check's shapes), gpu-tests (pytest -m gpu, a real one-point --device cuda sweep among
-# them), sweep (14 points: sdpa and full x plain and checkpoint x 4K-16K, lsh and
-# sparse_strided at 8K), compare (predicted vs allocator vs NVML), timeline (one point's
-# predicted and real memory snapshots; dry run: the predicted one and the CPU refusal), gpu-model (the GPU
-# memory model vs measured, each point in a fresh process), time (the time model vs measured).
+# attnprof is imported from this checkout (a link on PYTHONPATH), never installed. Stages, the most
+# important figures first (issue 38 item 5), each capped, all under one deadline:
+#   environment  torch, CUDA, cuDNN, driver, device, the SDPA backend torch picks for the check's shapes
+#   sweep        every built-in variant x plain, checkpoint, reversible at 4K (d_model 1024, 16 heads, 2 layers, bf16)
+#   train        training steps: amp-bf16 + AdamW; grouped KV heads (--model-config tinyllama-1.1b, 2 layers);
+#                --vocab 32000 with --loss-chunks 4
+#   long         one 64K point per variant at the README's default shape (too large ones end `skipped`)
+#   compare      predicted (fake tensors) vs allocator vs NVML over every point above
+#   time         the time model vs the measured medians
+#   models       the GPU memory and time MODELS vs every point measured above (gpu_models_vs_measured.py's
+#                code, issue 39), and those measurements as a file to commit as test data
+#   seconds      seconds per point of a slice of the README's full sweep (sdpa x 3 modes x 256, 8K, 64K, cold
+#                prediction cache), and the 189-point sweep extrapolated at that pace
+#   timeline     one small point's predicted and real memory snapshots (issue 25)
+#   gpu-model    the GPU memory model vs measured, each point in a fresh process (needs no forked worker)
+#   gpu-tests    pytest -m gpu (a real one-point --device cuda sweep among them)
+# Every point stage's summary line says how its points ended and, when any failed, the commonest reason;
+# a sweep cut by its time or ending in an error still reports what it recorded, and the next stage runs.
 #
-# $OUT receives at most 8 files: summary.txt (one line per stage, with its headline),
-# comparison.csv, gpu-model.csv, time-comparison.csv, timeline-pair.tgz (stage timeline, issue
-# 25: one small point's predicted snapshot + trace, `predict --gpu h200 --timeline`, and its
-# real snapshot, `sweep --device cuda --timeline`, with compare-timelines' report), and
-# gpu-check.tgz (every log, the raw records, environment.json), refreshed after each stage
-# and once more on exit, so a killed run still returns what it has. On a CPU machine, `python scripts/gpu_report.py OUT` turns
-# the folder into docs/measured-gpu.md. See docs/gpu.md.
+# $OUT receives at most 8 files: summary.txt (one line per stage, with its headline), comparison.csv,
+# time-comparison.csv, models-vs-measured.csv, measured-points.json, gpu-model.csv, timeline-pair.tgz
+# (one small point's predicted snapshot + trace and its real snapshot, with compare-timelines' report), and
+# gpu-check.tgz (every log, the raw run folders, environment.json), refreshed after each stage and once more
+# on exit, so a killed run still returns what it has. On a CPU machine, `python scripts/gpu_report.py OUT`
+# turns the folder into docs/measured-gpu.md. See docs/gpu.md.
 set -uo pipefail
 
 DRY=0
@@ -51,7 +61,7 @@ FAILED=0
 say() { echo "$*" | tee -a "$OUT/summary.txt"; }
 pack() {  # everything but the few top-level files, in one tarball ($OUT takes 8 files)
     cp -f "$OUT/summary.txt" "$WORK/summary.txt" 2>/dev/null
-    tar -czf "$OUT/gpu-check.tgz.tmp" -C "$WORK" --exclude=py --exclude=cache --exclude=timeline . 2>/dev/null \
+    tar -czf "$OUT/gpu-check.tgz.tmp" -C "$WORK" --exclude=py --exclude=cache --exclude=cache-seconds --exclude=timeline . 2>/dev/null \
         && mv -f "$OUT/gpu-check.tgz.tmp" "$OUT/gpu-check.tgz"
 }
 finish() { pack; rm -rf "$WORK"; }
@@ -89,6 +99,9 @@ stage() {  # stage NAME CAP_S FUNCTION: run under min(cap, time left), log, one 
         124|137) status="TIMEOUT after ${limit} s"; FAILED=1 ;;
         *) status="FAILED rc=$rc"; FAILED=1 ;;
     esac
+    if [ "$status" != ok ] && [ -z "$headline" ]; then  # why, in its own line: the log's last words
+        headline="last line: $(grep -v '^\s*$' "$WORK/logs/$name.log" | tail -1 | cut -c1-200)"
+    fi
     say "$name: $status ($((SECONDS - start)) s)${headline:+ - $headline}"
     [ "$status" = ok ] || tail -5 "$WORK/logs/$name.log"
     pack
@@ -96,32 +109,125 @@ stage() {  # stage NAME CAP_S FUNCTION: run under min(cap, time left), log, one 
 run() { local limit="$1"; shift; timeout --kill-after=10 "$limit" "$@"; }
 ATTNPROF=("$PYTHON" -m attnprof)
 
+# The shapes. GPU: the check's model (d_model 1024, 16 heads of 64, 2 layers, bf16) at 4K, and the README's
+# default shape (scenarios/presets/default.toml: float32, d_model 128, 4 heads, 2 layers, 2 repeats) for the
+# 64K and seconds stages. Dry run: tiny shapes and fewer points (plain mode in the sweep; one variant or mode
+# where a GPU stage has several): the same code and flags, within CI's 4 minutes on 2 cores.
+# the variants never measured on a GPU first: a sweep cut by its cap loses those measured on 2026-12-04
+VARIANTS=(--variant sliding_window,talking_heads,sparse_fixed,sdpa,full,lsh,sparse_strided)
 if [ "$DRY" = 1 ]; then
-    DEVICE=cpu; SHAPE=(--d-model 64 --heads 2 --layers 1); SHORT=(--min-len 256 --max-len 1024); ONE=512
-    REPS=(--repeats 1 --warmup 0); DRYFLAG=(--dry-run)
+    DEVICE=cpu; SHAPE=(--d-model 64 --heads 2 --layers 1); N=256; LONG=512; MODES=plain
+    SECONDS_LENS=(--seq-len 256); REPS=(--repeats 1 --warmup 0); DRYFLAG=(--dry-run); README_REPS=("${REPS[@]}")
+    LLAMA=(--layers 1 --d-model 64 --heads 8 --ffn-dim 128 --vocab 512); VOCAB=512
+    AMP_VARIANTS=sdpa; GQA_VARIANTS=sdpa; VOCAB_MODES=plain; LONG_VARIANTS=(--variant sdpa); SECONDS_MODES=plain
+    SECONDS_CACHE="$WORK/cache"  # warm: a cold one would recalibrate this CPU's time model (~10 s), no GPU's cost
 else
-    DEVICE=cuda; SHAPE=(--d-model 1024 --heads 16 --layers 2); SHORT=(--min-len 4096 --max-len 16384); ONE=8192
-    REPS=(--repeats 5 --warmup 2); DRYFLAG=()
+    DEVICE=cuda; SHAPE=(--d-model 1024 --heads 16 --layers 2); N=4096; LONG=65536; MODES=plain,checkpoint,reversible
+    SECONDS_LENS=(--seq-len 256 --seq-len 8192 --seq-len 65536); REPS=(--repeats 5 --warmup 2); DRYFLAG=()
+    README_REPS=()  # the default scenario's own: 2 repeats, 1 warm-up
+    LLAMA=(--layers 2); VOCAB=32000
+    AMP_VARIANTS=sdpa,full; GQA_VARIANTS=sdpa,sliding_window; VOCAB_MODES=plain,checkpoint; LONG_VARIANTS=("${VARIANTS[@]}")
+    SECONDS_MODES=plain,checkpoint,reversible; SECONDS_CACHE="$WORK/cache-seconds"  # cold, as a first run's
 fi
-COMMON=(--device "$DEVICE" "${SHAPE[@]}" --dtype bf16 --batch 1 "${REPS[@]}" --point-timeout 60 --no-report --quiet)
+COMMON=(--device "$DEVICE" --batch 1 "${REPS[@]}" --point-timeout 60 --no-report --quiet)
+
+left() { echo $(( $1 - (SECONDS - STAGE_START) )); }  # left LIMIT: seconds this stage has left
+# points NAME SHARES LIMIT SWEEP-ARGS...: one CUDA (dry run: CPU) sweep into runs/NAME, under 1/SHARES of the
+# stage's time left; a cut or a sweep that could not start is kept in NOTES (with its last line) for the status
+SWEEP_RC=0; NOTES=""
+points() {
+    local name="$1" shares="$2" limit="$3" budget rc; shift 3
+    budget=$(( $(left "$limit") / shares ))
+    [ "$budget" -ge 5 ] || { NOTES+="; $name: not run (stage time spent)"; SWEEP_RC=124; return; }
+    run "$budget" "${ATTNPROF[@]}" sweep "$@" --out "$WORK/runs/$name" > "$WORK/logs/$name.txt" 2>&1
+    rc=$?
+    cat "$WORK/logs/$name.txt"
+    case "$rc" in
+        0|1) ;;  # 1: a sweep in which no point ended ok (issue 38 item 3): the status line says why
+        124|137) NOTES+="; $name: cut after ${budget} s"; SWEEP_RC=124 ;;
+        *) NOTES+="; $name: exit $rc: $(grep -v '^\s*$' "$WORK/logs/$name.txt" | tail -1 | cut -c1-160)"
+           [ "$SWEEP_RC" = 124 ] || SWEEP_RC=$rc ;;
+    esac
+}
+# status RUN...: the stage's one line (how its points ended, the commonest failure) and its exit
+status() {
+    local line rc
+    line="$("$PYTHON" scripts/gpu_check_points.py status "$@" | grep '^HEADLINE: ' | tail -1 | cut -c11-)"
+    rc=${PIPESTATUS[0]}
+    echo "HEADLINE: ${line:-no status (see the log)}$NOTES"
+    [ "$SWEEP_RC" = 0 ] || return "$SWEEP_RC"
+    return "$rc"
+}
 
 environment() { run "$1" "$PYTHON" scripts/gpu_check.py environment "$WORK/environment.json" "${DRYFLAG[@]}"; }
-gpu_tests() { run "$1" "$PYTHON" -m pytest -q -rs -p no:cacheprovider -m gpu tests; }
-sweep() {
-    run "$1" "${ATTNPROF[@]}" sweep "${COMMON[@]}" --variant sdpa --variant full --mode plain --mode checkpoint \
-        "${SHORT[@]}" --out "$WORK/runs/main" || return $?
-    local left=$(( $1 - (SECONDS - STAGE_START) ))
-    [ "$left" -ge 5 ] || return 124
-    run "$left" "${ATTNPROF[@]}" sweep "${COMMON[@]}" --variant lsh \
-        --variant sparse_strided --mode plain --min-len "$ONE" --max-len "$ONE" --out "$WORK/runs/extra"
+gpu_tests() {
+    local rc failed
+    run "$1" "$PYTHON" -m pytest -q -rfEs -p no:cacheprovider -m gpu tests > "$WORK/logs/pytest.txt" 2>&1
+    rc=$?
+    cat "$WORK/logs/pytest.txt"
+    failed="$(grep -E '^(FAILED|ERROR) ' "$WORK/logs/pytest.txt" | head -1 | cut -c1-200)"
+    echo "HEADLINE: $(grep -v '^\s*$' "$WORK/logs/pytest.txt" | tail -1 | tr -d '=' | sed 's/^ *//')${failed:+; first: $failed}"
+    return "$rc"
 }
-compare() { run "$1" "$PYTHON" scripts/gpu_check.py compare "$WORK/runs/main" "$WORK/runs/extra" --csv "$OUT/comparison.csv"; }
+# every built-in variant in each mode, one length (issue 38 item 5)
+sweep() {
+    points sweep 1 "$1" "${COMMON[@]}" "${SHAPE[@]}" --dtype bf16 "${VARIANTS[@]}" --mode "$MODES" --seq-len "$N"
+    status "$WORK/runs/sweep"
+}
+# training steps: amp-bf16 + AdamW; grouped KV heads (TinyLlama-1.1B: 32 query heads, 4 KV heads; fewer layers);
+# an LM head and loss in chunks (--vocab, --loss-chunks)
+train() {
+    points train-amp-adamw 3 "$1" "${COMMON[@]}" "${SHAPE[@]}" --dtype float32 --precision amp-bf16 \
+        --optimizer adamw --variant "$AMP_VARIANTS" --mode plain --seq-len "$N"
+    points train-gqa 2 "$1" "${COMMON[@]}" --model-config tinyllama-1.1b "${LLAMA[@]}" --dtype bf16 \
+        --variant "$GQA_VARIANTS" --mode plain --seq-len "$N"
+    points train-vocab 1 "$1" "${COMMON[@]}" "${SHAPE[@]}" --dtype bf16 --vocab "$VOCAB" --loss-chunks 4 \
+        --variant sdpa --mode "$VOCAB_MODES" --seq-len "$N"
+    status "$WORK"/runs/train-*
+}
+# one 64K point per variant at the README's default shape (dry run: sdpa at 512), plain: the longest the README promises
+long() {
+    points long 1 "$1" --device "$DEVICE" --scenario default "${LONG_VARIANTS[@]}" --mode plain --seq-len "$LONG" \
+        "${README_REPS[@]}" --point-timeout 60 --no-report --quiet
+    status "$WORK/runs/long"
+}
+ALL_RUNS() { ls -d "$WORK"/runs/*/ 2>/dev/null | sed 's:/$::'; }
+compare() {
+    local runs; mapfile -t runs < <(ALL_RUNS)
+    [ "${#runs[@]}" -gt 0 ] || { echo "HEADLINE: no run folder: every point stage failed before its first point"; return 1; }
+    run "$1" "$PYTHON" scripts/gpu_check.py compare "${runs[@]}" --csv "$OUT/comparison.csv"
+}
+# the GPU memory and time MODELS against every point measured here (scripts/gpu_models_vs_measured.py's code)
+models() {
+    local runs; mapfile -t runs < <(ALL_RUNS)
+    [ "${#runs[@]}" -gt 0 ] || { echo "HEADLINE: no run folder: nothing measured to hold the models to"; return 1; }
+    run "$1" "$PYTHON" scripts/gpu_check_points.py models "${runs[@]}" --csv "$OUT/models-vs-measured.csv" \
+        --points-json "$OUT/measured-points.json" "${DRYFLAG[@]}"
+}
+# seconds per point of a slice of the README's full sweep (`attnprof sweep --max-len 65536`: 189 points), from a
+# cold prediction cache as a first run has; the full sweep at that pace is extrapolated, and says so
+seconds_stage() {
+    local t0 t1 rc
+    t0=$(date +%s.%N)
+    ATTNPROF_CACHE_DIR="$SECONDS_CACHE" run "$1" "${ATTNPROF[@]}" sweep --device "$DEVICE" --scenario default \
+        --variant sdpa --mode "$SECONDS_MODES" "${SECONDS_LENS[@]}" "${README_REPS[@]}" --no-report --quiet \
+        --out "$WORK/runs-seconds" 2>&1
+    rc=$?
+    t1=$(date +%s.%N)
+    "$PYTHON" scripts/gpu_check_points.py seconds "$WORK/runs-seconds" --wall-s "$("$PYTHON" -c "print($t1 - $t0)")" \
+        | sed "$( [ "$rc" = 124 ] || [ "$rc" = 137 ] && echo 's/^HEADLINE: /HEADLINE: cut after its '"$1"' s: /')"
+    local summary=${PIPESTATUS[0]}
+    [ "$rc" = 0 ] || [ "$rc" = 1 ] || return "$rc"
+    return "$summary"
+}
 gpu_model() {
     run "$1" "$PYTHON" scripts/gpu_model_check.py --out "$OUT" --doc "$WORK/gpu-model.md" --point-timeout 40 \
-        "${DRYFLAG[@]}"
+        --budget-s $(( $1 > 25 ? $1 - 20 : 5 )) "${DRYFLAG[@]}"
 }
 time_model() {
-    run "$1" "$PYTHON" scripts/gpu_time_check.py --out "$OUT" --runs "$WORK/runs/main" "$WORK/runs/extra" \
+    local runs; mapfile -t runs < <(ALL_RUNS)
+    [ "${#runs[@]}" -gt 0 ] || { echo "HEADLINE: no run folder: no measured time"; return 1; }
+    run "$1" "$PYTHON" scripts/gpu_time_check.py --out "$OUT" --runs "${runs[@]}" \
         --environment "$WORK/environment.json" --doc "$WORK/time.md"
 }
 
@@ -167,9 +273,11 @@ timeline() {
     echo "HEADLINE: $(IFS=';'; echo "${notes[*]}" | sed 's/;/; /g'); timeline-pair.tgz $(du -k "$OUT/timeline-pair.tgz" | cut -f1) KiB"
 }
 
-WANTED=" ${STAGES:-environment gpu-tests sweep compare timeline gpu-model time} "
-for entry in environment:60:environment gpu-tests:120:gpu_tests sweep:150:sweep compare:30:compare \
-             timeline:90:timeline gpu-model:120:gpu_model time:30:time_model; do
+# Most important figures first; each stage capped, all under one deadline (a cut stage still reports what it has).
+ORDER="environment:40:environment sweep:130:sweep train:90:train long:75:long compare:20:compare time:20:time_model
+       models:60:models seconds:60:seconds_stage timeline:40:timeline gpu-model:70:gpu_model gpu-tests:60:gpu_tests"
+WANTED=" ${STAGES:-$(for e in $ORDER; do printf '%s ' "${e%%:*}"; done)} "
+for entry in $ORDER; do
     IFS=: read -r name cap fn <<< "$entry"
     if [[ "$WANTED" == *" $name "* ]]; then STAGE_START=$SECONDS; stage "$name" "$cap" "$fn"; fi
 done

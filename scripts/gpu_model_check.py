@@ -100,6 +100,8 @@ def main() -> int:
     parser.add_argument("--doc", default=None, help="also write the Markdown table here")
     parser.add_argument("--dry-run", action="store_true", help="CPU machine: model only, measurement skipped")
     parser.add_argument("--point-timeout", type=float, default=60.0)
+    parser.add_argument("--budget-s", type=float, default=0.0,
+                        help="measure no new point after this many seconds (0: no budget); the table is still written")
     parser.add_argument("--measure", help=argparse.SUPPRESS)  # internal: one point, JSON on stdout
     args = parser.parse_args()
     if args.measure:
@@ -114,15 +116,25 @@ def main() -> int:
         if args.dry_run:
             measured.append({"error": "dry run: not measured (no GPU)"})
             continue
+        # within --budget-s: the table is written with what was measured, never lost to the stage's kill
+        left = args.budget_s - (time.time() - started) if args.budget_s else args.point_timeout
+        if left < min(10.0, args.point_timeout):
+            measured.append({"error": f"not measured: the {args.budget_s:.0f} s budget ran out"})
+            print(spec, measured[-1]["error"], flush=True)
+            continue
         try:
             run = subprocess.run([sys.executable, __file__, "--measure", json.dumps(spec)], capture_output=True,
-                                 text=True, timeout=args.point_timeout)
+                                 text=True, timeout=min(args.point_timeout, left))
             line = run.stdout.strip().splitlines()[-1] if run.returncode == 0 and run.stdout.strip() else ""
             measured.append(json.loads(line) if line else {"error": (run.stderr.strip().splitlines() or ["?"])[-1]})
         except subprocess.TimeoutExpired:
-            measured.append({"error": f"timed out after {args.point_timeout:.0f} s"})
+            measured.append({"error": f"timed out after {min(args.point_timeout, left):.0f} s"})
         print(spec, measured[-1].get("error") or "measured", flush=True)
     device = next((m["device_name"] for m in measured if "device_name" in m), "")
+    if not args.dry_run and not device:  # nothing measured: say why in the stage's line, model nothing
+        errors = [m.get("error", "?") for m in measured]
+        print(f"HEADLINE: 0/{len(GRID)} measured; commonest error: {max(set(errors), key=errors.count)[:160]}")
+        return 1
     gpu = pick_gpu(args.gpu or ("h200" if args.dry_run else None), device)
 
     from attnprof.profiler.memmodel.gpu_peak import TraceCache
@@ -186,6 +198,7 @@ def main() -> int:
         doc.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     done = [r for r in rows if not r["error"]]
+    errors = [r["error"] for r in rows if r["error"]]
     alloc = sorted(r["allocated_measured_over_model"] for r in done if r["allocated_measured_over_model"])
     backends = sum(1 for r in done if r["model_sdpa_backend"] and r["model_sdpa_backend"] == r["measured_sdpa_backend"])
     sdpa = sum(1 for r in done if r["measured_sdpa_backend"])
@@ -194,7 +207,8 @@ def main() -> int:
         return 0
     print(f"HEADLINE: {len(done)}/{len(rows)} measured; allocated measured/model "
           + (f"median {alloc[len(alloc) // 2]:.3f} (min {alloc[0]:.3f}, max {alloc[-1]:.3f})" if alloc else "-")
-          + f"; SDPA backend as modelled in {backends}/{sdpa}")
+          + f"; SDPA backend as modelled in {backends}/{sdpa}"
+          + (f"; commonest error: {max(set(errors), key=errors.count)[:160]}" if errors else ""))
     return 0 if done else 1
 
 

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Turn what scripts/gpu_check.sh sent back into docs/measured-gpu.md, on a CPU machine.
 
-    python scripts/gpu_report.py FOLDER [--doc docs/measured-gpu.md]
+    python scripts/gpu_report.py FOLDER [--doc docs/measured-gpu.md] [--prefix call2-]
 
 FOLDER is the check's $OUT as it came back (the device tool's files_at): summary.txt,
-comparison.csv, gpu-model.csv, time-comparison.csv and gpu-check.tgz. The folder is data
+comparison.csv, gpu-model.csv, time-comparison.csv, models-vs-measured.csv and gpu-check.tgz
+(with --prefix P: Psummary.txt and so on, several calls' files kept in one folder). The folder is data
 from another machine: nothing in it is executed, the tarball is never extracted (its
 environment.json is read in memory, size-bounded), and the CSV cells are escaped for
 Markdown. The page names the device, the versions and the date of the run.
@@ -31,6 +32,10 @@ TABLES = [  # (file, title, columns)
       "measured_reserved_bytes", "reserved_measured_over_model", "total_measured_over_model", "error"]),
     ("time-comparison.csv", "Step time: the model vs measured",
      ["variant", "mode", "seq_len", "measured_ms", "predicted_ms", "predicted_over_measured"]),
+    ("models-vs-measured.csv", "The GPU memory and time MODELS vs every ok GPU point of the check (measured / model)",
+     ["point", "sdpa_backend_model", "sdpa_backend_measured", "allocated_model_bytes", "allocated_measured_bytes",
+      "allocated_ratio", "reserved_model_bytes", "reserved_measured_bytes", "reserved_ratio", "total_model_bytes",
+      "total_measured_bytes", "total_ratio", "time_model_ms", "time_measured_ms", "time_ratio"]),
 ]
 
 
@@ -55,9 +60,9 @@ def read_small(path: Path) -> str:
     return path.read_text(encoding="utf-8", errors="replace")
 
 
-def environment(folder: Path) -> dict:
+def environment(folder: Path, prefix: str = "") -> dict:
     """environment.json from the tarball, read in memory; {} when missing or unreadable."""
-    tgz = folder / "gpu-check.tgz"
+    tgz = folder / f"{prefix}gpu-check.tgz"
     try:
         if tgz.is_symlink() or not tgz.is_file() or tgz.stat().st_size > 64 * MAX_BYTES:
             return {}
@@ -71,9 +76,11 @@ def environment(folder: Path) -> dict:
     return {}
 
 
-def render(folder: Path) -> str:
-    summary = read_small(folder / "summary.txt").splitlines()
-    env = environment(folder)
+def render(folder: Path, prefix: str = "") -> str:
+    """The page; ``prefix``: the files are named PREFIXsummary.txt etc. (one folder holding several calls'
+    files, e.g. call1-, call2- in ../shared/gpu-runs/h200-2026-12-04/)."""
+    summary = read_small(folder / f"{prefix}summary.txt").splitlines()
+    env = environment(folder, prefix)
     device = env.get("device_name") or "unknown device"
     lines = [f"# Measured on a GPU: {cell(device)}", "",
              "Written by `scripts/gpu_report.py` from what `scripts/gpu_check.sh` sent back. "
@@ -89,7 +96,7 @@ def render(folder: Path) -> str:
                   f"| {cell(v.get('model') if isinstance(v, dict) else '')} |" for k, v in backends.items()]
         lines.append("")
     for name, title, columns in TABLES:
-        path = folder / name
+        path = folder / f"{prefix}{name}"
         if not path.exists():
             lines += [f"## {title}", "", f"(no {name}: the stage did not finish)", ""]
             continue
@@ -104,9 +111,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folder", type=Path)
     parser.add_argument("--doc", type=Path, default=Path("docs/measured-gpu.md"))
+    parser.add_argument("--prefix", default="", help="the files' common prefix, e.g. call2- (default: none)")
     args = parser.parse_args()
+    if any(ch in args.prefix for ch in "/\\") or args.prefix.startswith("."):
+        print(f"gpu_report: --prefix {args.prefix!r} must name files in FOLDER, not a path", file=sys.stderr)
+        return 2
     try:
-        text = render(args.folder)
+        text = render(args.folder, args.prefix)
     except ReportError as exc:
         print(f"gpu_report: {exc}", file=sys.stderr)
         return 2

@@ -50,3 +50,20 @@ def test_a_planted_link_is_refused_in_one_line(tmp_path):
     (out / "summary.txt").symlink_to(secret)
     done = run(out, tmp_path / "doc.md")
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "not a regular file" in done.stderr
+
+
+def test_several_calls_in_one_folder_are_read_by_their_prefix(tmp_path):
+    out = folder(tmp_path)
+    for name in ("summary.txt", "comparison.csv", "gpu-check.tgz"):
+        (out / name).rename(out / f"call2-{name}")
+    (out / "call2-models-vs-measured.csv").write_text("point,allocated_ratio,time_ratio\nsdpa model plain,1.1,2.0\n")
+    doc = tmp_path / "doc.md"
+    done = subprocess.run([sys.executable, str(SCRIPT), str(out), "--doc", str(doc), "--prefix", "call2-"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    text = doc.read_text()
+    assert "NVIDIA H200" in text and "sweep: ok (80 s)" in text
+    assert "| sdpa model plain |" in text and "MODELS vs every ok GPU point" in text
+    refused = subprocess.run([sys.executable, str(SCRIPT), str(out), "--doc", str(doc), "--prefix", "../x"],
+                             capture_output=True, text=True)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1

@@ -1,0 +1,41 @@
+"""scripts/gpu_check.sh's stage list: each stage has its function, CI's dry run checks each one's line,
+and the files it leaves in $OUT stay within the 8 that come back from the lent machine."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "gpu_check.sh"
+
+
+def stages() -> list[tuple[str, int, str]]:
+    text = SCRIPT.read_text()
+    order = re.search(r'^ORDER="([^"]*)"', text, re.M).group(1).split()
+    return [(name, int(cap), fn) for name, cap, fn in (entry.split(":") for entry in order)]
+
+
+def test_the_script_parses_and_every_stage_has_its_function():
+    assert subprocess.run(["bash", "-n", str(SCRIPT)]).returncode == 0
+    text = SCRIPT.read_text()
+    for name, cap, fn in stages():
+        assert re.search(rf"^{re.escape(fn)}\(\) \{{", text, re.M), f"stage {name}: no function {fn}"
+        assert 5 <= cap <= 300
+
+
+def test_the_stages_come_in_the_issues_order_and_ci_checks_each_line():
+    names = [name for name, _, _ in stages()]
+    assert names[:4] == ["environment", "sweep", "train", "long"] and names[-1] == "gpu-tests"
+    assert names.index("models") < names.index("seconds") < names.index("timeline")
+    ci = (ROOT / ".ci" / "run").read_text()
+    listed = re.search(r"for stage in ([a-z\- ]+); do", ci).group(1).split()
+    assert listed == names
+
+
+def test_at_most_eight_files_are_named_for_out():
+    text = SCRIPT.read_text()
+    named = set(re.findall(r'\$OUT/([A-Za-z0-9_.-]+)', text)) - {"gpu-check.tgz.tmp", "timeline-pair.tgz.tmp"}
+    named |= {"gpu-model.csv", "time-comparison.csv"}  # written by the python helpers into --out "$OUT"
+    assert len(named) <= 8, sorted(named)
