@@ -44,11 +44,16 @@ BANDWIDTH_EFFICIENCY = 0.85
 # streaming fraction (no published figure found).
 GATHER_BANDWIDTH_FACTOR = 0.5
 
-# Per kernel in eager PyTorch: "Usually, the launch time on the CPU side is between 5-20
-# microseconds" (facebookresearch/HolisticTraceAnalysis, docs cuda_kernel_launch_stats.rst).
-# The low end: adding it to every kernel's time is already an upper bound (launches overlap
-# kernels that run longer than a launch).
-LAUNCH_OVERHEAD_S = 5e-6
+# The host's cost of launching one kernel from eager PyTorch: "Usually, the launch time on the
+# CPU side is between 5-20 microseconds" (facebookresearch/HolisticTraceAnalysis, docs
+# cuda_kernel_launch_stats.rst). Launches are asynchronous ("By default, GPU operations are
+# asynchronous", PyTorch docs, notes/cuda.html "Asynchronous execution"), so the roofline takes
+# it as a FLOOR per kernel, max(kernel, launch), never as a sum: a kernel shorter than its
+# launch leaves the GPU waiting for the host. The high end of the range, because a floor that
+# is too low hides the wait altogether: the H200 run of issue 39 (tests/data/h200-2026-12-04)
+# implies 30-55 us per op on its host for its small points (sdpa at 4K: 27 ops in 1.06 ms
+# forward), more than any published figure; that is the host's CPU and Python, not the GPU.
+LAUNCH_OVERHEAD_S = 20e-6
 
 # PyTorch's default float32_matmul_precision is "highest" (torch.backends.cuda.matmul.
 # allow_tf32 = False since torch 1.12): float32 matmuls run on CUDA cores at the fp32 peak,

@@ -23,7 +23,9 @@ class Rates:
     kind: str  # "cpu" | "gpu"
     peak_flops_per_s: dict  # dtype -> FLOP/s of a GEMM at efficiency 1 (CPU: measured; GPU: datasheet dense peak)
     bandwidth_bytes_per_s: float  # bytes read + written per second at efficiency 1
-    launch_overhead_s: float  # per kernel in a forward pass (CPU: eager dispatch + autograd recording)
+    # per kernel in a forward pass (CPU: eager dispatch + autograd recording, added to each op;
+    # GPU: the host's launch, a floor under each kernel: ``asynchronous``)
+    launch_overhead_s: float
     launch_overhead_bwd_s: float  # per kernel in a backward pass (CPU: autograd engine included)
     gemm_efficiency: float = 1.0  # fraction of peak_flops_per_s a GEMM reaches
     # fused attention: (forward, backward) fraction of peak_flops_per_s[dtype], per dtype;
@@ -82,6 +84,12 @@ class Rates:
 
     def overhead_s(self, backward: bool) -> float:
         return self.launch_overhead_bwd_s if backward else self.launch_overhead_s
+
+    @property
+    def asynchronous(self) -> bool:
+        """Whether kernels run apart from the host that launches them (a GPU: the launch cost
+        is a floor under each kernel) or on it (the CPU: the per-op cost adds to each op)."""
+        return self.kind == "gpu"
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -58,7 +58,8 @@ def test_a_gpu_costs_sdpa_as_its_fused_kernel_and_the_math_path_costs_more():
     flash = predict_time(rows, gpu_rates(h100, "flash"), "bfloat16")
     fwd_eff = C.ATTENTION_EFFICIENCY["hopper"]["flash"][0]
     assert flash.kernels_fwd == 1
-    assert flash.time_fwd_ms == pytest.approx(flops / (989.4e12 * fwd_eff) * 1e3 + C.LAUNCH_OVERHEAD_S * 1e3)
+    # a kernel longer than its launch hides it (issue 39: the launch is a floor on a GPU, not a sum)
+    assert flash.time_fwd_ms == pytest.approx(flops / (989.4e12 * fwd_eff) * 1e3)
     math = predict_time(rows, gpu_rates(h100, "math"), "bfloat16", head_dim=d)
     assert math.kernels_fwd > 1 and math.time_fwd_ms > 2 * flash.time_fwd_ms  # n x n scores through HBM
     assert predict_time(rows, gpu_rates(h100, "math"), "bfloat16") is None  # math needs the head dim
@@ -67,4 +68,4 @@ def test_a_gpu_costs_sdpa_as_its_fused_kernel_and_the_math_path_costs_more():
 def test_gpu_float32_matmuls_use_the_fp32_peak_not_tf32():
     a100 = get_gpu("a100-80gb")
     t = predict_time([["fwd", "mm.default", 10**12, 0, 0, 1]], gpu_rates(a100), "float32")
-    assert t.time_fwd_ms == pytest.approx(1e12 / (19.5e12 * C.GEMM_EFFICIENCY) * 1e3 + C.LAUNCH_OVERHEAD_S * 1e3)
+    assert t.time_fwd_ms == pytest.approx(1e12 / (19.5e12 * C.GEMM_EFFICIENCY) * 1e3)  # the launch hidden under it
