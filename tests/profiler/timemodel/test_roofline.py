@@ -69,3 +69,18 @@ def test_gpu_float32_matmuls_use_the_fp32_peak_not_tf32():
     a100 = get_gpu("a100-80gb")
     t = predict_time([["fwd", "mm.default", 10**12, 0, 0, 1]], gpu_rates(a100), "float32")
     assert t.time_fwd_ms == pytest.approx(1e12 / (19.5e12 * C.GEMM_EFFICIENCY) * 1e3)  # the launch hidden under it
+
+
+def test_on_a_gpu_the_launch_is_a_floor_under_each_kernel_not_a_sum():
+    h200 = gpu_rates(get_gpu("h200"))
+    tiny = [["fwd", "add.Tensor", 0, 2048, 1024, 10]]  # 10 kernels of ~1 ns each: the GPU waits on the host
+    t = predict_time(tiny, h200, "bfloat16")
+    assert t.time_fwd_ms == pytest.approx(10 * C.LAUNCH_OVERHEAD_S * 1e3)
+    assert t.by_class_ms["overhead"] == pytest.approx(t.time_fwd_ms - t.by_class_ms["elementwise"])
+    big = [["fwd", "add.Tensor", 0, 2 * 10**9, 10**9, 1]]  # 3 GB: far longer than a launch, which it hides
+    b = predict_time(big, h200, "bfloat16")
+    assert b.time_fwd_ms == pytest.approx(3e9 / h200.bandwidth("elementwise") * 1e3)
+    assert "overhead" not in b.by_class_ms
+    # the CPU adds its per-op cost to every op, however long
+    cpu = predict_time([["fwd", "add.Tensor", 0, 6 * 10**9, 4 * 10**9, 1]], CPU, "float32")
+    assert cpu.time_fwd_ms == pytest.approx(1e3 + 1e-3)
