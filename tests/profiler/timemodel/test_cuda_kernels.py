@@ -27,6 +27,17 @@ def test_softmax_backward_adds_the_grad_times_output_kernel():
     assert kernels == 1 and extra == 3 * written
 
 
+def test_logsumexp_runs_its_nine_kernels():
+    # (16, 8192, 64) bf16 in (16 MiB), (16, 8192) out: amax, abs, ==, masked_fill_, sub, exp_, sum, log_, add_
+    read, written = 16 * 2**20, 256 * 2**10
+    assert extra_traffic("logsumexp.default", read, written) == (8, 5 * read + 14 * written)
+
+
+@pytest.mark.parametrize("op", ["constant_pad_nd.default", "slice_backward.default"])
+def test_a_pad_or_a_slice_gradient_fills_its_output_then_copies_the_input_in(op):
+    assert extra_traffic(op, 1000, 1200) == (1, 1000.0)
+
+
 @pytest.mark.parametrize("op", ["add.Tensor", "_softmax.default", "bmm.default", None])
 def test_every_other_op_is_one_kernel_as_traced(op):
     assert extra_traffic(op, 100, 100) == (0, 0.0)
@@ -43,4 +54,4 @@ def test_the_expansion_applies_on_a_gpu_and_never_on_the_cpu():
 
 
 def test_expanded_ops_names_what_the_docs_list():
-    assert expanded_ops() == ("_softmax_backward_data", "masked_fill")
+    assert expanded_ops() == ("_softmax_backward_data", "constant_pad_nd", "logsumexp", "masked_fill", "slice_backward")
