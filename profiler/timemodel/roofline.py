@@ -1,4 +1,4 @@
-"""Predicted step time from per-op costs: a roofline per kernel plus a per-kernel overhead.
+"""Predicted step time from per-op costs: a roofline per kernel and the cost of launching it.
 
 For each pass (forward, backward) separately::
 
@@ -11,7 +11,8 @@ On the CPU the host runs the kernels, so each op's dispatch cost adds to it. A G
 apart from the host that launches them (asynchronously): a kernel longer than its launch
 hides it, a shorter one leaves the GPU waiting for the host (``Rates.asynchronous``). On a
 GPU some ops also run more kernels and move more bytes than their row says
-(``cuda_kernels.extra_traffic``: masked_fill's clone, softmax backward's ``grad * output``).
+(``cuda_kernels.extra_traffic``: masked_fill's clone, softmax backward's ``grad * output``,
+logsumexp's nine kernels, a pad's or a slice gradient's fill before the copy).
 
 The op rows are ``Accounting.op_costs`` (profiler/measure/accounting.py): per aten op of the
 whole composed step, its FLOPs (torch's flop-counter formulas), the bytes of its distinct
@@ -35,8 +36,10 @@ SDPA's math path, the op is costed as that path's kernels instead: two batched G
 a softmax that write and read the n x n scores (``_math_attention``).
 
 What it leaves out, on purpose: the order of the ops (rows are aggregated, so a host that
-ran ahead during a long kernel is not credited to the short ones after it), cache effects (every byte goes to DRAM/HBM),
-wave quantisation and tile shapes of small GEMMs, and the Python work outside aten ops.
+ran ahead during a long kernel is not credited to the short ones after it), cache effects
+(every byte goes to DRAM/HBM), wave quantisation and tile shapes of small GEMMs, kernels
+that keep too little in flight to reach the streaming bandwidth (the softmax forward over
+long rows on an H200: docs/time-model.md), and the Python work outside aten ops.
 """
 
 from __future__ import annotations
@@ -75,7 +78,8 @@ class TimePrediction:
     time_bwd_ms: Optional[float]  # None: no backward rows (a forward-only point)
     kernels_fwd: int
     kernels_bwd: int
-    by_class_ms: dict = field(default_factory=dict)  # kernel class (and "overhead") -> ms, both passes
+    # kernel class -> ms, both passes; "overhead": the launch cost added (CPU) or waited for (GPU)
+    by_class_ms: dict = field(default_factory=dict)
     device: str = ""
 
     @property
