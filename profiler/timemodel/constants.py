@@ -36,6 +36,18 @@ ATTENTION_EFFICIENCY = {
     "hopper": {"flash": (0.37, 0.33), "efficient": (0.40, 0.30), "cudnn": (0.55, 0.50)},
 }
 
+# Fused attention's fraction of peak falls with the head dim (each K/V tile loaded brings
+# fewer FLOPs per byte; FlashAttention-3 §4.1). The constants above are read at head dim 128;
+# at 64 and below they are multiplied by the published ratio of the same kernel's rates at
+# d64 and d128 (16k tokens, not causal):
+#   cudnn (standing in for FlashAttention-3, as above): FA3 v1 on H100, fwd 497 / 648 TFLOP/s
+#   (Figs. 5a, 5c), bwd 474 / 561 (Figs. 6a, 6b) -> 0.77 / 0.84;
+#   flash (FlashAttention-2): FA2 on A100, fwd+bwd 176 / 203 TFLOP/s (Figs. 4a, 4b) -> 0.87 both;
+#   efficient: nothing published by head dim -> no factor.
+# Between 64 and 128 the factor runs linearly in log2(head dim); at 128 and above it is 1
+# (FA3's d256 bars are higher still: not credited).
+ATTENTION_D64_FACTOR = {"cudnn": (497 / 648, 474 / 561), "flash": (176 / 203, 176 / 203)}
+
 # HBM/GDDR streaming kernels (elementwise, reductions, copies): A100 80GB reached 1.80 of
 # 2.04 TB/s (88%) with a read kernel (NVIDIA developer forum, "Trouble to reach peak
 # bandwidth of A100"); H100 SXM 2.8 of 3.35 TB/s (84%, mikamirai.com, third-party).

@@ -127,7 +127,7 @@ def _op_cost(op, flops, read, written, rates: Rates, dtype: str, head_dim: Optio
             return None
         one, launched = _math_attention(flops, nbytes, dtype, head_dim, is_attention_backward(op), rates, peak)
     elif cls == "attention":
-        eff = rates.attention(dtype, is_attention_backward(op))
+        eff = rates.attention(dtype, is_attention_backward(op), head_dim)
         one, launched = kernel_seconds(flops, nbytes, peak, eff, rates.bandwidth(cls)), 1
     elif cls == "gemm":
         rate = rates.gemm_flops_per_s(dtype, gemm_inner_dim(op, flops, written, dtype))

@@ -35,8 +35,8 @@ def test_all_fourteen_timed_points_are_predicted(timed):
 
 def test_the_model_is_nearer_the_h200_than_before_issue_39(timed):
     ratios = list(timed.values())
-    assert statistics.median(abs(r - 1) for r in ratios) <= 0.55  # before: 1.02
-    assert statistics.median(ratios) <= 1.55  # before: 2.02
+    assert statistics.median(abs(r - 1) for r in ratios) <= 0.5  # before: 1.02
+    assert statistics.median(ratios) <= 1.5  # before: 2.02
     assert min(ratios) >= 1.0  # still optimistic everywhere: never slower than the GPU was
 
 
@@ -45,10 +45,10 @@ def test_every_point_but_the_host_bound_checkpointed_4k_is_within_2x(timed):
     # torch.utils.checkpoint's Python, which the model does not cost (docs/time-model.md)
     far = {p for p, r in timed.items() if r > 2.0}
     assert far == {"sdpa model checkpoint bfloat16 n=4096"}
-    assert timed["sdpa model checkpoint bfloat16 n=4096"] <= 3.4  # before: 3.59
+    assert timed["sdpa model checkpoint bfloat16 n=4096"] <= 3.2  # before: 3.59
 
 
 def test_fused_attention_at_long_lengths_is_within_issue_39s_bound(timed):
-    for n in (8192, 16384):
-        assert timed[f"sdpa model plain bfloat16 n={n}"] <= 1.3
-    assert timed["sdpa model checkpoint bfloat16 n=16384"] <= 1.25
+    for mode in ("plain", "checkpoint"):  # cuDNN attention at 16K: within 15 % (the issue's bound)
+        assert abs(timed[f"sdpa model {mode} bfloat16 n=16384"] - 1) <= 0.15
+    assert timed["sdpa model plain bfloat16 n=8192"] <= 1.2
