@@ -17,7 +17,9 @@ from __future__ import annotations
 # cuBLAS GEMM, large fp16/bf16 matrices: "optimized GEMM can reach up to 80-90% of the
 # theoretical maximum device throughput" (FlashAttention-2, Dao 2023, arXiv 2307.08691, §1);
 # whole-model training reaches 72% MFU on A100 (same paper, Table 1), a floor. No per-dtype
-# figure for H100 was found; 0.80 is carried over.
+# figure for H100 was found; 0.80 is carried over. Checked on the lent H200 (the workplace's
+# device notes, KINDS.md, 2026-10-28 and 11-04): an 8192^3 bf16 torch.matmul ran at 769-798
+# TFLOP/s on random data, 0.78-0.81 of the 989.4 dense peak.
 GEMM_EFFICIENCY = 0.80
 
 # Fused attention, fraction of the dtype's dense peak, (forward, backward), per SDPA backend.
@@ -50,7 +52,9 @@ ATTENTION_D64_FACTOR = {"cudnn": (497 / 648, 474 / 561), "flash": (176 / 203, 17
 
 # HBM/GDDR streaming kernels (elementwise, reductions, copies): A100 80GB reached 1.80 of
 # 2.04 TB/s (88%) with a read kernel (NVIDIA developer forum, "Trouble to reach peak
-# bandwidth of A100"); H100 SXM 2.8 of 3.35 TB/s (84%, mikamirai.com, third-party).
+# bandwidth of A100"); H100 SXM 2.8 of 3.35 TB/s (84%, mikamirai.com, third-party). On the
+# lent H200 a device-to-device copy through torch moved about 4.3 TB/s, bytes read and written
+# (KINDS.md, 2026-10-28 and 11-04): 0.90 of 4.8.
 BANDWIDTH_EFFICIENCY = 0.85
 # Indexed reads/writes and sorts touch memory in scattered order: an estimate, half the
 # streaming fraction (no published figure found).
