@@ -17,7 +17,9 @@ from __future__ import annotations
 # cuBLAS GEMM, large fp16/bf16 matrices: "optimized GEMM can reach up to 80-90% of the
 # theoretical maximum device throughput" (FlashAttention-2, Dao 2023, arXiv 2307.08691, §1);
 # whole-model training reaches 72% MFU on A100 (same paper, Table 1), a floor. No per-dtype
-# figure for H100 was found; 0.80 is carried over.
+# figure for H100 was found; 0.80 is carried over. Checked on the lent H200 (the workplace's
+# device notes, KINDS.md, 2026-10-28 and 11-04): an 8192^3 bf16 torch.matmul ran at 769-798
+# TFLOP/s on random data, 0.78-0.81 of the 989.4 dense peak.
 GEMM_EFFICIENCY = 0.80
 
 # Fused attention, fraction of the dtype's dense peak, (forward, backward), per SDPA backend.
@@ -36,19 +38,38 @@ ATTENTION_EFFICIENCY = {
     "hopper": {"flash": (0.37, 0.33), "efficient": (0.40, 0.30), "cudnn": (0.55, 0.50)},
 }
 
+# Fused attention's fraction of peak falls with the head dim (each K/V tile loaded brings
+# fewer FLOPs per byte; FlashAttention-3 §4.1). The constants above are read at head dim 128;
+# at 64 and below they are multiplied by the published ratio of the same kernel's rates at
+# d64 and d128 (16k tokens, not causal):
+#   cudnn (standing in for FlashAttention-3, as above): FA3 v1 on H100, fwd 497 / 648 TFLOP/s
+#   (Figs. 5a, 5c), bwd 474 / 561 (Figs. 6a, 6b) -> 0.77 / 0.84;
+#   flash (FlashAttention-2): FA2 on A100, fwd+bwd 176 / 203 TFLOP/s (Figs. 4a, 4b) -> 0.87 both;
+#   efficient: nothing published by head dim -> no factor.
+# Between 64 and 128 the factor runs linearly in log2(head dim); at 128 and above it is 1
+# (FA3's d256 bars are higher still: not credited).
+ATTENTION_D64_FACTOR = {"cudnn": (497 / 648, 474 / 561), "flash": (176 / 203, 176 / 203)}
+
 # HBM/GDDR streaming kernels (elementwise, reductions, copies): A100 80GB reached 1.80 of
 # 2.04 TB/s (88%) with a read kernel (NVIDIA developer forum, "Trouble to reach peak
-# bandwidth of A100"); H100 SXM 2.8 of 3.35 TB/s (84%, mikamirai.com, third-party).
+# bandwidth of A100"); H100 SXM 2.8 of 3.35 TB/s (84%, mikamirai.com, third-party). On the
+# lent H200 a device-to-device copy through torch moved about 4.3 TB/s, bytes read and written
+# (KINDS.md, 2026-10-28 and 11-04): 0.90 of 4.8.
 BANDWIDTH_EFFICIENCY = 0.85
 # Indexed reads/writes and sorts touch memory in scattered order: an estimate, half the
 # streaming fraction (no published figure found).
 GATHER_BANDWIDTH_FACTOR = 0.5
 
-# Per kernel in eager PyTorch: "Usually, the launch time on the CPU side is between 5-20
-# microseconds" (facebookresearch/HolisticTraceAnalysis, docs cuda_kernel_launch_stats.rst).
-# The low end: adding it to every kernel's time is already an upper bound (launches overlap
-# kernels that run longer than a launch).
-LAUNCH_OVERHEAD_S = 5e-6
+# The host's cost of launching one kernel from eager PyTorch: "Usually, the launch time on the
+# CPU side is between 5-20 microseconds" (facebookresearch/HolisticTraceAnalysis, docs
+# cuda_kernel_launch_stats.rst). Launches are asynchronous ("By default, GPU operations are
+# asynchronous", PyTorch docs, notes/cuda.html "Asynchronous execution"), so the roofline takes
+# it as a FLOOR per kernel, max(kernel, launch), never as a sum: a kernel shorter than its
+# launch leaves the GPU waiting for the host. The high end of the range, because a floor that
+# is too low hides the wait altogether: the H200 run of issue 39 (tests/data/h200-2026-12-04)
+# implies 30-55 us per op on its host for its small points (sdpa at 4K: 27 ops in 1.06 ms
+# forward), more than any published figure; that is the host's CPU and Python, not the GPU.
+LAUNCH_OVERHEAD_S = 20e-6
 
 # PyTorch's default float32_matmul_precision is "highest" (torch.backends.cuda.matmul.
 # allow_tf32 = False since torch 1.12): float32 matmuls run on CUDA cores at the fp32 peak,

@@ -23,12 +23,17 @@ class Rates:
     kind: str  # "cpu" | "gpu"
     peak_flops_per_s: dict  # dtype -> FLOP/s of a GEMM at efficiency 1 (CPU: measured; GPU: datasheet dense peak)
     bandwidth_bytes_per_s: float  # bytes read + written per second at efficiency 1
-    launch_overhead_s: float  # per kernel in a forward pass (CPU: eager dispatch + autograd recording)
+    # per kernel in a forward pass (CPU: eager dispatch + autograd recording, added to each op;
+    # GPU: the host's launch, a floor under each kernel: ``asynchronous``)
+    launch_overhead_s: float
     launch_overhead_bwd_s: float  # per kernel in a backward pass (CPU: autograd engine included)
     gemm_efficiency: float = 1.0  # fraction of peak_flops_per_s a GEMM reaches
     # fused attention: (forward, backward) fraction of peak_flops_per_s[dtype], per dtype;
     # "*" for every dtype not listed
     attention_efficiency: dict = field(default_factory=lambda: {"*": (1.0, 1.0)})
+    # (forward, backward) factor on attention_efficiency at head dim 64 and below (1 at 128 and
+    # above, log2-linear between): constants.ATTENTION_D64_FACTOR of the backend
+    attention_d64_factor: tuple = (1.0, 1.0)
     bandwidth_efficiency: dict = field(default_factory=lambda: {"*": 1.0})  # kernel class -> fraction; "*" default
     # dtype -> {str(K): FLOP/s} of thin GEMMs by inner dimension K (CPU: calibrated; GPU: none,
     # its thin GEMMs are bound by the roofline's memory term); above the largest K the rate
@@ -61,9 +66,16 @@ class Rates:
             table.append((square_k, peak))
         return interpolate_log(table, k) * self.gemm_efficiency
 
-    def attention(self, dtype: str, backward: bool) -> float:
+    def attention(self, dtype: str, backward: bool, head_dim: Optional[int] = None) -> float:
+        """Fused attention's fraction of the dtype's peak; at a head dim below 128, times the
+        backend's published d64/d128 ratio (``attention_d64_factor``, log2-linear from 64 to 128)."""
         pair = self.attention_efficiency.get(dtype, self.attention_efficiency.get("*", (1.0, 1.0)))
-        return pair[1] if backward else pair[0]
+        eff = pair[1] if backward else pair[0]
+        factor = self.attention_d64_factor[1] if backward else self.attention_d64_factor[0]
+        if not head_dim or head_dim >= 128 or factor == 1.0:
+            return eff
+        t = 0.0 if head_dim <= 64 else math.log2(head_dim / 64)  # 0 at d64, 1 at d128
+        return eff * (factor + t * (1.0 - factor))
 
     def bandwidth(self, kernel_class: str) -> float:
         """Achieved bytes per second of a kernel of this class."""
@@ -82,6 +94,12 @@ class Rates:
 
     def overhead_s(self, backward: bool) -> float:
         return self.launch_overhead_bwd_s if backward else self.launch_overhead_s
+
+    @property
+    def asynchronous(self) -> bool:
+        """Whether kernels run apart from the host that launches them (a GPU: the launch cost
+        is a floor under each kernel) or on it (the CPU: the per-op cost adds to each op)."""
+        return self.kind == "gpu"
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -137,6 +155,7 @@ def gpu_rates(gpu: GpuSpec, sdpa_backend: str = "flash") -> Rates:
     return Rates(device=gpu.key, kind="gpu", peak_flops_per_s=peaks, bandwidth_bytes_per_s=gpu.bandwidth_bytes_per_s,
                  launch_overhead_s=C.LAUNCH_OVERHEAD_S, launch_overhead_bwd_s=C.LAUNCH_OVERHEAD_S,
                  gemm_efficiency=C.GEMM_EFFICIENCY, attention_efficiency=attention,
+                 attention_d64_factor=C.ATTENTION_D64_FACTOR.get(sdpa_backend, (1.0, 1.0)),
                  bandwidth_efficiency={"*": C.BANDWIDTH_EFFICIENCY,
                                        "gather_scatter_sort": C.BANDWIDTH_EFFICIENCY * C.GATHER_BANDWIDTH_FACTOR},
                  sdpa_backend=sdpa_backend or "flash", source=source, notes=(note,) if note else ())

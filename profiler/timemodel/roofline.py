@@ -1,10 +1,18 @@
-"""Predicted step time from per-op costs: a roofline per kernel plus a per-kernel overhead.
+"""Predicted step time from per-op costs: a roofline per kernel and the cost of launching it.
 
 For each pass (forward, backward) separately::
 
-    time = sum over ops of  count x max(flops / (peak[dtype] x eff_class),
-                                         (bytes_read + bytes_written) / (bandwidth x eff_bw[class]))
-         + kernels x overhead
+    kernel(op) = max(flops / (peak[dtype] x eff_class),
+                     (bytes_read + bytes_written) / (bandwidth x eff_bw[class]))
+    CPU:  time = sum over ops of count x kernel(op)  +  kernels x overhead
+    GPU:  time = sum over ops of count x max(kernel(op), kernels(op) x launch)
+
+On the CPU the host runs the kernels, so each op's dispatch cost adds to it. A GPU runs them
+apart from the host that launches them (asynchronously): a kernel longer than its launch
+hides it, a shorter one leaves the GPU waiting for the host (``Rates.asynchronous``). On a
+GPU some ops also run more kernels and move more bytes than their row says
+(``cuda_kernels.extra_traffic``: masked_fill's clone, softmax backward's ``grad * output``,
+logsumexp's nine kernels, a pad's or a slice gradient's fill before the copy).
 
 The op rows are ``Accounting.op_costs`` (profiler/measure/accounting.py): per aten op of the
 whole composed step, its FLOPs (torch's flop-counter formulas), the bytes of its distinct
@@ -27,9 +35,11 @@ FlashAttention-2, memory-efficient or cuDNN attention. Where a GPU would fall ba
 SDPA's math path, the op is costed as that path's kernels instead: two batched GEMMs and
 a softmax that write and read the n x n scores (``_math_attention``).
 
-What it leaves out, on purpose: overlap of CPU dispatch with GPU work (adding the
-overhead to each kernel is an upper bound), cache effects (every byte goes to DRAM/HBM),
-wave quantisation and tile shapes of small GEMMs, and the Python work outside aten ops.
+What it leaves out, on purpose: the order of the ops (rows are aggregated, so a host that
+ran ahead during a long kernel is not credited to the short ones after it), cache effects
+(every byte goes to DRAM/HBM), wave quantisation and tile shapes of small GEMMs, kernels
+that keep too little in flight to reach the streaming bandwidth (the softmax forward over
+long rows on an H200: docs/time-model.md), and the Python work outside aten ops.
 """
 
 from __future__ import annotations
@@ -39,6 +49,7 @@ from typing import Optional
 
 from attnprof.profiler.aten_ops import op_base
 from attnprof.profiler.records import DTYPE_BYTES
+from attnprof.profiler.timemodel.cuda_kernels import extra_traffic
 from attnprof.profiler.timemodel.op_classes import CLASSES, is_attention_backward, kernel_class
 from attnprof.profiler.timemodel.rates import Rates
 
@@ -67,7 +78,8 @@ class TimePrediction:
     time_bwd_ms: Optional[float]  # None: no backward rows (a forward-only point)
     kernels_fwd: int
     kernels_bwd: int
-    by_class_ms: dict = field(default_factory=dict)  # kernel class (and "overhead") -> ms, both passes
+    # kernel class -> ms, both passes; "overhead": the launch cost added (CPU) or waited for (GPU)
+    by_class_ms: dict = field(default_factory=dict)
     device: str = ""
 
     @property
@@ -106,12 +118,16 @@ def _op_cost(op, flops, read, written, rates: Rates, dtype: str, head_dim: Optio
     if flops and peak is None:
         return None
     base = op_base(str(op)) if op else ""
+    extra_kernels = 0
+    if rates.asynchronous:  # a GPU: composites below the dispatcher run more kernels than traced
+        extra_kernels, extra_bytes = extra_traffic(op, read, written)
+        nbytes += extra_bytes
     if cls == "attention" and rates.sdpa_backend == "math":
         if not head_dim:
             return None
         one, launched = _math_attention(flops, nbytes, dtype, head_dim, is_attention_backward(op), rates, peak)
     elif cls == "attention":
-        eff = rates.attention(dtype, is_attention_backward(op))
+        eff = rates.attention(dtype, is_attention_backward(op), head_dim)
         one, launched = kernel_seconds(flops, nbytes, peak, eff, rates.bandwidth(cls)), 1
     elif cls == "gemm":
         rate = rates.gemm_flops_per_s(dtype, gemm_inner_dim(op, flops, written, dtype))
@@ -120,7 +136,15 @@ def _op_cost(op, flops, read, written, rates: Rates, dtype: str, head_dim: Optio
         one, launched = kernel_seconds(flops, nbytes, peak or 1.0, 1.0, rates.op_bandwidth(base, cls)), 1
     if not base.endswith("_"):  # an in-place op writes into memory it already has
         one += rates.fresh_output_s(written)
-    return one, launched, cls
+    return one, launched + extra_kernels, cls
+
+
+def with_launch_s(one: float, launched: int, rates: Rates, backward: bool) -> float:
+    """An op's time with its kernels' launch cost: added on the CPU (the host runs them), a
+    floor on a GPU (launched asynchronously: the GPU waits only when the kernels are shorter
+    than their launches)."""
+    launch = launched * rates.overhead_s(backward)
+    return max(one, launch) if rates.asynchronous else one + launch
 
 
 def op_time_s(pass_: str, op, flops: int, read: int, written: int, rates: Rates, dtype: str,
@@ -132,7 +156,7 @@ def op_time_s(pass_: str, op, flops: int, read: int, written: int, rates: Rates,
     if cost is None:
         return None
     one, launched, _ = cost
-    return one + launched * rates.overhead_s(pass_ == "bwd")
+    return with_launch_s(one, launched, rates, pass_ == "bwd")
 
 
 def predict_time(op_costs: list, rates: Optional[Rates], dtype: str,
@@ -145,6 +169,7 @@ def predict_time(op_costs: list, rates: Optional[Rates], dtype: str,
     peak = rates.peak(dtype)
     seconds = {p: 0.0 for p in PASSES}
     kernels = {p: 0 for p in PASSES}
+    overhead = {p: 0.0 for p in PASSES}  # launch cost added (CPU) or waited for (GPU)
     by_class = dict.fromkeys(CLASSES, 0.0)
     for row in op_costs:
         pass_, op, flops, read, written, count = row
@@ -156,8 +181,8 @@ def predict_time(op_costs: list, rates: Optional[Rates], dtype: str,
             continue
         seconds[pass_] += one * count
         kernels[pass_] += launched * count
+        overhead[pass_] += (with_launch_s(one, launched, rates, pass_ == "bwd") - one) * count
         by_class[cls] += one * count * 1e3
-    overhead = {p: kernels[p] * rates.overhead_s(p == "bwd") for p in PASSES}
     by_class["overhead"] = (overhead["fwd"] + overhead["bwd"]) * 1e3
     has_bwd = any(row[0] == "bwd" for row in op_costs)
     return TimePrediction(time_fwd_ms=(seconds["fwd"] + overhead["fwd"]) * 1e3,

@@ -1,6 +1,8 @@
 """A device's rates (profiler.timemodel.rates): the GEMM rate by inner dimension K,
 bandwidth by kernel class and by op, fresh-page faults, and a named GPU's datasheet rates."""
 
+import math
+
 import pytest
 
 from attnprof.profiler.hardware.gpus import get_gpu
@@ -61,3 +63,17 @@ def test_a_gpus_rates_are_its_datasheet_times_the_familys_efficiencies():
     assert any("h100-sxm" in line for line in rates.source)
     math = gpu_rates(h100, "math")  # no fused kernel: attention runs at the GEMM efficiency
     assert math.attention("bfloat16", backward=True) == C.GEMM_EFFICIENCY
+
+
+def test_fused_attention_is_less_efficient_at_head_dim_64_by_the_published_ratio():
+    cudnn = gpu_rates(get_gpu("h200"), "cudnn")
+    fwd128, bwd128 = C.ATTENTION_EFFICIENCY["hopper"]["cudnn"]
+    assert cudnn.attention("bfloat16", False, 128) == fwd128 and cudnn.attention("bfloat16", True, 256) == bwd128
+    assert cudnn.attention("bfloat16", False, None) == fwd128  # head dim unknown: the d128 constant
+    assert cudnn.attention("bfloat16", False, 64) == pytest.approx(fwd128 * 497 / 648)  # FA3 Figs. 5a/5c
+    assert cudnn.attention("bfloat16", True, 32) == pytest.approx(bwd128 * 474 / 561)  # below 64: as at 64
+    mid = cudnn.attention("bfloat16", False, 90)  # log2-linear between 64 and 128
+    t = math.log2(90 / 64)
+    assert mid == pytest.approx(fwd128 * (497 / 648 + t * (1 - 497 / 648)))
+    efficient = gpu_rates(get_gpu("h200"), "efficient")  # nothing published by head dim
+    assert efficient.attention("float32", False, 64) == efficient.attention("float32", False, 128)
