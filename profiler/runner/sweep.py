@@ -1,21 +1,20 @@
 """`attnprof sweep`: every point of a scenario in its own process, nothing ever lost.
 
-Each point is forked from a warm helper that has torch imported (``isolation``), so an
-OOM, a crash (SIGKILL, segfault) or a hang past ``--point-timeout`` becomes that point's
-status and the sweep moves on. Each record is appended and on disk as soon as it
-exists; Ctrl-C or SIGTERM stop the sweep within a second, even mid-point, keeping
-every finished point, and ``--resume`` completes the rest. One sweep writes a run
-folder at a time (a lock), and a folder from outside is checked, never trusted:
-invalid lines (a torn last one included) are moved to results.quarantine.jsonl and
-reported, never deleted; nothing is written through a planted link; and nothing named
-in it is ever imported: only the scenario given now decides what runs.
+Each point runs in a worker forked from a warm helper that has torch imported (``isolation``; a
+fresh process where a fork is unsafe: preload.py), so an OOM, a crash (SIGKILL, segfault) or a hang
+past ``--point-timeout`` becomes that point's status and the sweep moves on. Each record is appended
+and on disk as soon as it exists; Ctrl-C or SIGTERM stop the sweep within a second, even mid-point,
+keeping every finished point, and ``--resume`` completes the rest. One sweep writes a run folder at
+a time (a lock), and a folder from outside is checked, never trusted: invalid lines (a torn last
+one included) are moved to results.quarantine.jsonl and reported, never deleted; nothing is written
+through a planted link; and nothing named in it is ever imported: only the scenario given now
+decides what runs.
 
-Where the points run is the executor's business (``executors``: this machine, one
-point at a time or one per GPU; or a Ray cluster); what runs, in which order, and every
-record written stay here, in this process. A series (one variant x mode, lengths
-ascending) has at most one point in flight: its next length starts once the previous
-one is recorded, so an OOM or a timeout still skips the longer lengths; parallelism
-comes from running several series at once, the first ones of the plan first.
+Where the points run is the executor's business (``executors``: this machine, one point at a time or
+one per GPU; or a Ray cluster); what runs, in which order, and every record written stay here, in
+this process. A series (one variant x mode, lengths ascending) has at most one point in flight: its
+next length starts once the previous one is recorded, so an OOM or a timeout still skips the longer
+lengths; parallelism comes from running several series at once, the first ones of the plan first.
 """
 
 from __future__ import annotations
@@ -34,6 +33,7 @@ from attnprof.profiler import safeio
 from attnprof.profiler.forks import usable_cores
 from attnprof.profiler.measure.optimizer import on_device
 from attnprof.profiler.predict.fake_run import predict
+from attnprof.profiler.runner.ahead import predict_ahead
 from attnprof.profiler.runner.executors import EXECUTORS, Executor, make_executor
 from attnprof.profiler.runner.failures import TRACEBACK_KEY, failure_reason, write_log
 from attnprof.profiler.runner.interrupts import Interrupted, Interrupts
@@ -203,8 +203,7 @@ def run_sweep(scenario: Scenario, out_dir: Path, settings: SweepSettings, *, res
             interrupts.check()
             done = _prepare(out_dir, scenario, settings, resume, executor)
             _set_time_model(settings)
-            if settings.device.startswith("cuda") and settings.executor == "local":
-                summary.ahead_s = predict_ahead([p for s in plan for p in s if p.key() not in done], settings.device)
+            summary.ahead_s = predict_ahead(plan, done, settings)  # a CUDA sweep: every prediction first
             if settings.timeline:  # issue 25: the workers write RUN/timelines/NAME.real.memory.pickle
                 from attnprof.profiler.gpumeasure.memory_history import timelines_folder
 
@@ -222,31 +221,6 @@ def run_sweep(scenario: Scenario, out_dir: Path, settings: SweepSettings, *, res
             if progress is not None:
                 progress.close()
     return summary
-
-
-AHEAD_S = 60.0  # predict_ahead's deadline: a point left unpredicted then is predicted by its worker
-
-
-def _predict_one(point: Point) -> bool:
-    try:
-        predict(point)
-    except Exception:  # noqa: BLE001 - the point's worker meets it again and records it
-        return False
-    return True
-
-
-def predict_ahead(points: list[Point], device: str) -> float:
-    """Predict ``points`` as ``device`` runs them, over this machine's cores, before any is
-    measured (seconds taken). Each worker then reads its prediction from the cache
-    (predict/cache.py) instead of tracing it while the GPU waits: on a CUDA build a worker pays
-    for the fake-tensor imports itself (runner/preload.py), and a GPU machine's cores are
-    otherwise idle. Not on a CPU sweep, where the points' own cores would do it anyway. At most
-    AHEAD_S: what is left then, its worker predicts."""
-    from attnprof.profiler.predict.pool import within
-
-    started = time.perf_counter()
-    within(_predict_one, [(on_device(p, device),) for p in points if not shape_problem(p)], AHEAD_S)
-    return time.perf_counter() - started
 
 
 def _set_time_model(settings: SweepSettings) -> None:

@@ -169,18 +169,3 @@ def test_ctrl_c_on_the_cli_keeps_points_and_resume_completes(tmp_path):
     keys = [(r["variant"], r["seq_len"]) for r in read_records(out)]
     assert len(keys) == len(set(keys)) == 10
 
-
-@pytest.mark.slow
-def test_predict_ahead_leaves_every_point_in_the_cache_for_its_worker():
-    """A CUDA sweep predicts its points over the cores before measuring any: the worker then
-    reads its prediction (the step as the device runs it) instead of tracing it."""
-    from attnprof.profiler.measure.optimizer import on_device
-    from attnprof.profiler.predict import cache as prediction_cache
-    from attnprof.profiler.records import Point, Shape
-    from attnprof.profiler.runner.sweep import predict_ahead
-
-    points = [Point(v, m, "model", Shape(seq_len=n, d_model=32, heads=2, layers=1, dtype="bfloat16"))
-              for v in ("sdpa", "full") for m in ("plain", "checkpoint") for n in (64, 128)]
-    assert all(prediction_cache.load(on_device(p, "cuda")) is None for p in points)
-    assert predict_ahead(points, "cuda") > 0
-    assert all(prediction_cache.load(on_device(p, "cuda")) is not None for p in points)

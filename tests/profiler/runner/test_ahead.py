@@ -1,0 +1,33 @@
+"""runner/ahead.py: a CUDA sweep predicts its points before measuring any."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.mark.slow
+def test_predict_ahead_leaves_every_point_in_the_cache_for_its_worker():
+    """A CUDA sweep predicts its points over the cores before measuring any: the worker then
+    reads its prediction (the step as the device runs it) instead of tracing it."""
+    from attnprof.profiler.measure.optimizer import on_device
+    from attnprof.profiler.predict import cache as prediction_cache
+    from attnprof.profiler.records import Point, Shape
+    from attnprof.profiler.runner.ahead import predict_ahead, predict_points
+
+    points = [Point(v, m, "model", Shape(seq_len=n, d_model=32, heads=2, layers=1, dtype="bfloat16"))
+              for v in ("sdpa", "full") for m in ("plain", "checkpoint") for n in (64, 128)]
+    assert all(prediction_cache.load(on_device(p, "cuda")) is None for p in points)
+    assert predict_points(points, "cuda") > 0
+    assert all(prediction_cache.load(on_device(p, "cuda")) is not None for p in points)
+
+
+def test_only_a_local_cuda_sweep_predicts_ahead():
+    from types import SimpleNamespace
+
+    from attnprof.profiler.records import Point, Shape
+    from attnprof.profiler.runner.ahead import predict_ahead
+
+    plan = [[Point("sdpa", "plain", "model", Shape(seq_len=64, d_model=32, heads=2, layers=1))]]
+    assert predict_ahead(plan, {}, SimpleNamespace(device="cpu", executor="local")) == 0.0
+    assert predict_ahead(plan, {}, SimpleNamespace(device="cuda", executor="ray")) == 0.0
+    assert predict_ahead(plan, {plan[0][0].key(): {}}, SimpleNamespace(device="cuda", executor="local")) >= 0.0
