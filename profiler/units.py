@@ -20,14 +20,15 @@ INT64_MAX = 2**63 - 1
 REPORT_SECONDS = 7.0
 MISSING = "-"  # what a missing number prints as, unless the caller says otherwise
 
-_UNITS = {
-    "": 1, "b": 1,
-    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-    "kib": KIB, "mib": MIB, "gib": GIB, "tib": TIB,
-    "k": KIB, "m": MIB, "g": GIB, "t": TIB,
-}
+# THE table of byte units: fmt_bytes prints the binary ones (largest first), and parse_bytes
+# reads every name here (case-insensitive), so whatever is printed can be typed back. Binary
+# prefixes (KiB = 2**10) and decimal ones (kB = 10**3) as IEC 80000-13 defines them; a bare
+# K/M/G/T/P is binary, as in most memory tools (``free -h``, torch's memory_summary).
+BYTE_UNITS = (("PiB", PIB), ("TiB", TIB), ("GiB", GIB), ("MiB", MIB), ("KiB", KIB), ("B", 1))
+DECIMAL_UNITS = (("PB", 10**15), ("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("kB", 10**3))
+_UNITS = {"": 1, **{name.lower(): size for name, size in BYTE_UNITS + DECIMAL_UNITS},
+          **{name[0].lower(): size for name, size in BYTE_UNITS if name != "B"}}
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*$")
-_BYTE_UNITS = (("PiB", PIB), ("TiB", TIB), ("GiB", GIB), ("MiB", MIB), ("KiB", KIB))
 
 
 # --- reading --------------------------------------------------------------------------------
@@ -36,11 +37,15 @@ def parse_bytes(text: str | int, allow_zero: bool = False) -> int:
     match = _SIZE.match(str(text))
     unit = match and match[2].lower()
     if not match or unit not in _UNITS:
-        raise ValueError(f"cannot parse size {text!r}; use e.g. 80GiB, 512MiB, 16GB or a byte count")
+        raise ValueError(f"cannot parse size {text!r}; use a byte count or a number with a unit: "
+                         f"{', '.join(n for n, _ in BYTE_UNITS + DECIMAL_UNITS)} (e.g. 80GiB, 512MiB, 16GB)")
     value = float(match[1]) * _UNITS[unit]
     if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
         raise ValueError(f"size {text!r} must be positive")
-    return int(value)
+    if value > 2**63:  # beyond what torch (and a record) can count: int64
+        raise ValueError(f"size {text!r} is more than 2**63 - 1 bytes ({fmt_bytes(INT64_MAX)}), more than any "
+                         f"memory can hold")
+    return min(int(value), INT64_MAX)  # INT64_MAX prints as 8192.00 PiB, which is 2**63: read back as itself
 
 
 def parse_percent(text: str | float) -> float:
@@ -75,7 +80,7 @@ def fmt_bytes(n, blank: str = MISSING) -> str:
     n = float(n)
     if not math.isfinite(n):
         return f"{n} B"
-    for unit, size in _BYTE_UNITS:
+    for unit, size in BYTE_UNITS[:-1]:
         if abs(n) >= size:
             return f"{n / size:.2f} {unit}"
     return f"{int(n)} B"
