@@ -14,6 +14,7 @@ from attnprof.scenarios.fields import FIELDS
 from attnprof.scenarios.scenario import Scenario
 
 PREDICT_LEN = 65536  # what `predict` predicts when no length is named
+BUDGET_SHORTEST = 256  # where a --budget search starts when no --min-len is named
 
 
 @dataclass
@@ -130,12 +131,17 @@ def _predictions(scenario, overrides: dict, *, budget, gpus, gpu_files, resoluti
 
     budget_bytes = to_bytes(budget, "--budget") if budget is not None else None
     specs = named_gpus(gpus, gpu_files)  # unknown names fail before any work
-    sc = build_scenario(scenario, base=Scenario(min_len=PREDICT_LEN, max_len=PREDICT_LEN), **overrides)
+    # a budget searches from --min-len (default 256) to --max-len (default 1M): its defaults, not PREDICT_LEN's
+    from attnprof.profiler.predict.points import LONGEST_SEARCHED
+
+    base = Scenario(min_len=PREDICT_LEN, max_len=PREDICT_LEN) if budget_bytes is None else (
+        Scenario(min_len=BUDGET_SHORTEST, max_len=LONGEST_SEARCHED))
+    sc = build_scenario(scenario, base=base, **overrides)
     said = scenario_warnings(sc)  # issue 24: a config key this build could not apply, variants left out
     min_len, max_len = overrides.get("min_len"), overrides.get("max_len")
     keys = [g.key for g in specs]
     labels = {g.key: g.label for g in specs if g.label != g.key}
-    start = 1 << max(0, (min_len or 256) - 1).bit_length()  # the first power of two >= min_len
+    start = 1 << max(0, (min_len or BUDGET_SHORTEST) - 1).bit_length()  # the first power of two >= min_len
     if budget_bytes is None:
         from functools import partial
 
