@@ -20,7 +20,7 @@ from attnprof.cli_options import (LENGTHS, MEASURE, OUTPUT, SCALE, ExecutorChoic
 from attnprof.cli_exits import EXIT_USAGE, QUICK_EXIT, Commands, interrupted_code, leave, one_line
 from attnprof.errors import UserError
 from attnprof.profiler import safe_points
-from attnprof.profiler.units import REPORT_SECONDS, printable
+from attnprof.profiler.units import REPORT_SECONDS, printable, strict_json
 from attnprof.scenarios.fields import FIELDS
 
 EXAMPLES = """[bold]Examples[/]
@@ -52,10 +52,9 @@ def variants(as_json: JsonOpt = False):
     except StaticReadError:  # a construct the reader does not know: ask the registry (imports torch)
         found = _variants_from_registry()
     if as_json:
-        import json
         from dataclasses import asdict
 
-        typer.echo(json.dumps([asdict(v) for v in found], indent=1))
+        typer.echo(strict_json([asdict(v) for v in found], indent=1))
         return
     for v in found:
         typer.echo(f"{v.name:<15} {v.description}")
@@ -85,9 +84,7 @@ def gpus(gpu_file: GpuFileOpt = None, as_json: JsonOpt = False):
 
     found = api.gpu_table(gpu_files=gpu_file or ())
     if as_json:
-        import json
-
-        typer.echo(json.dumps([g.to_dict() for g in found], indent=1))
+        typer.echo(strict_json([g.to_dict() for g in found], indent=1))
         return
     from attnprof.profiler.hardware.gpus import format_gpus
 
@@ -138,9 +135,7 @@ def predict(scenario: ScenarioOpt = None,
         if not (as_json and note.startswith("note:")):
             typer.echo(note, err=True)
     if as_json:
-        import json
-
-        typer.echo(json.dumps(result.records, indent=1))
+        typer.echo(strict_json(result.records, indent=1))
     else:
         typer.echo(result.table())
     for path in result.timeline_files:
@@ -156,9 +151,7 @@ def compare_timelines(predicted: Annotated[Path, typer.Argument(metavar="PREDICT
 
     result = compare(predicted, real)
     if as_json:
-        import json
-
-        typer.echo(json.dumps(result.to_dict(), indent=1))
+        typer.echo(strict_json(result.to_dict(), indent=1))
     else:
         typer.echo(result.text())
 
@@ -178,9 +171,7 @@ def calibrate(as_json: JsonOpt = False,
     for note in run.notes:
         typer.echo(note, err=True)
     if as_json:
-        import json
-
-        typer.echo(json.dumps(run.to_dict(), indent=1))
+        typer.echo(strict_json(run.to_dict(), indent=1))
     else:
         typer.echo(run.text())
 

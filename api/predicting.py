@@ -201,11 +201,11 @@ class CalibrationRun:
 
     calibration: Any  # attnprof.profiler.timemodel.calibrate.Calibration
     cached: bool  # read back from the cache, not measured now
-    path: Path  # its cache file
+    path: Optional[Path]  # its cache file; None when it could not be cached (a warning in notes says why)
     notes: list = field(default_factory=list)  # warnings for stderr (an unusable cached entry, replaced)
 
     def to_dict(self) -> dict:
-        return {**self.calibration.to_dict(), "cached": self.cached, "path": str(self.path)}
+        return {**self.calibration.to_dict(), "cached": self.cached, "path": None if self.path is None else str(self.path)}
 
     def text(self) -> str:
         from attnprof.profiler.timemodel.time_format import format_calibration
@@ -221,7 +221,7 @@ def calibrate(*, no_cache: bool = False, threads: Optional[int] = None) -> Calib
     again and overwrite it). A failed or implausible measurement is a CalibrationError
     (one line, exit 2), and nothing is cached."""
     from attnprof.profiler.forks import usable_cores
-    from attnprof.profiler.timemodel.machine import calibration, path_of
+    from attnprof.profiler.timemodel.machine import calibration, stored_at
 
     if threads is not None and threads < 1:
         raise UsageProblem(f"--threads must be a positive number, got {threads}")
@@ -230,7 +230,7 @@ def calibrate(*, no_cache: bool = False, threads: Optional[int] = None) -> Calib
         raise UsageProblem(f"--threads {threads} is more than the {cores} CPU(s) this process may use")
     notes: list = []
     cal, cached = calibration(threads, use_cache=not no_cache, warn=notes.append)
-    return CalibrationRun(cal, cached, path_of(cal.key()), notes)
+    return CalibrationRun(cal, cached, stored_at(cal), notes)
 
 
 @checked

@@ -7,7 +7,9 @@ value (None, NaN) prints as ``blank`` ("-" unless the caller chooses another tex
 
 from __future__ import annotations
 
+import json
 import math
+import numbers
 import re
 
 KIB, MIB, GIB, TIB, PIB = (1 << 10), (1 << 20), (1 << 30), (1 << 40), (1 << 50)
@@ -108,7 +110,7 @@ def fmt_len(n, blank: str = MISSING) -> str:
 
 def fmt_ms(value, blank: str = MISSING) -> str:
     """Milliseconds to three significant digits, switching to seconds from 1000 ms."""
-    if missing(value):
+    if missing(value) or not math.isfinite(float(value)):  # an infinite time is no time: blank
         return blank
     value = float(value)
     if value >= 1000:
@@ -149,3 +151,37 @@ def text_table(head: list, rows: list) -> list[str]:
     rows = [[printable(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     return ["  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip() for r in [head, *rows]]
+
+
+# --- JSON for programs --------------------------------------------------------------------------
+NULL_REASON = "_null_reason"  # beside a figure that was not finite: KEY + this, why KEY is null
+
+
+def _not_finite(value) -> bool:
+    return (isinstance(value, numbers.Real) and not isinstance(value, (bool, int))
+            and not math.isfinite(float(value)))
+
+
+def finite_json(value):
+    """``value`` (dicts, lists, tuples, scalars) with every non-finite number (NaN, inf)
+    made None; in an object, ``KEY`` made None gets ``KEY_null_reason`` beside it."""
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            if _not_finite(item):
+                out[key] = None
+                out[f"{key}{NULL_REASON}"] = f"not a finite number ({float(item)!r})"
+            else:
+                out[key] = finite_json(item)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [None if _not_finite(item) else finite_json(item) for item in value]
+    return None if _not_finite(value) else value
+
+
+def strict_json(value, **dumps) -> str:
+    """THE JSON every output a program reads goes through (``--json``, results.jsonl, export,
+    the gate's file): RFC 8259 JSON, which has no NaN or Infinity (json.dumps writes them by
+    default, and jq, browsers and strict parsers refuse the whole text): ``finite_json``, then
+    ``json.dumps(..., allow_nan=False)``. ``dumps``: json.dumps' other keywords."""
+    return json.dumps(finite_json(value), allow_nan=False, **dumps)
