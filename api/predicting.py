@@ -155,7 +155,10 @@ def _predictions(scenario, overrides: dict, *, budget, gpus, gpu_files, resoluti
         # asked to rank by time, so a plain prediction stays at planning speed
         rates = machine_rates(warn=notes.append, measure=(sort == "time" or timeline) and not specs)
         if rates is None and not (sort == "time" and not specs) and not notes:
-            notes.append("note: step times on this CPU: run `attnprof calibrate` once (a few seconds, cached)")
+            from attnprof.profiler.timemodel.machine import cache_unusable
+
+            cached = "" if cache_unusable() else ", cached"  # never a promise the cache folder cannot keep
+            notes.append(f"note: step times on this CPU: run `attnprof calibrate` once (a few seconds{cached})")
         records = spread(partial(prediction_record, rates=rates), [p for s in series(sc) for p in s],
                          warm_key=point_key)
         if specs:

@@ -28,6 +28,12 @@ from attnprof.profiler.timemodel.calibrate import (Calibration, CalibrationError
 FOLDER = "calibration"
 
 
+def cache_unusable() -> bool:
+    """Whether no calibration can be cached (the folder, or the cache folder above it, is no
+    folder or not the user's own); judged without a warning (``trusted`` says it once)."""
+    return any(trust.not_a_folder(p) or trust.folder_problem(p) for p in (cache_dir(), cache_dir() / FOLDER))
+
+
 def path_of(key: dict) -> Path:
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     host = "".join(c if c.isalnum() or c in "-_." else "_" for c in str(key.get("host", "host")))[:40]

@@ -129,6 +129,8 @@ def test_a_file_in_place_of_the_cache_folder_is_said_once(tmp_path, monkeypatch)
     assert result.exit_code == 0, result.stderr
     said = warning_lines(result.stderr)
     assert len(said) == 1 and said[0].startswith("warning: cache folder ") and "a file, not a folder" in said[0]
+    plain = CliRunner().invoke(app, PREDICT)  # no calibration: the hint promises no cache
+    assert "cached" not in plain.stderr and "`attnprof calibrate`" in plain.stderr, plain.stderr
     assert trust.not_a_folder(blocker) and trust.not_a_folder(blocker / "predictions") == "under a file, not a folder"
     assert trust.not_a_folder(tmp_path) is None and trust.not_a_folder(tmp_path / "not-yet") is None
 
