@@ -1,8 +1,10 @@
 """How attnprof reads and prints sizes, lengths, times and percentages: one place, so a
 number prints the same way in the terminal, the gate's summaries and the report.
 
-Bytes print in binary units with two decimals (``1.50 KiB``, ``4.00 MiB``); a missing
-value (None, NaN) prints as ``blank`` ("-" unless the caller chooses another text).
+Bytes print in binary units with two decimals (``1.50 KiB``, ``4.00 MiB``), from the one
+table of units ``parse_bytes`` reads too; a missing value (None, NaN) prints as ``blank``
+("-" unless the caller chooses another text). What a program reads (``--json``, results,
+exports) is written by ``strict_json``: RFC 8259 JSON, no NaN or Infinity.
 """
 
 from __future__ import annotations
