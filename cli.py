@@ -17,10 +17,10 @@ import typer
 
 from attnprof.cli_options import (LENGTHS, MEASURE, OUTPUT, SCALE, ExecutorChoice, GpuFileOpt, GpuOpt, JsonOpt,
                                   NoCacheOpt, ScenarioOpt, SortChoice, api_keywords, check_device, scenario_flags)
-from attnprof.cli_exits import EXIT_USAGE, QUICK_EXIT, Commands, interrupted_code, leave, one_line
+from attnprof.cli_exits import EXIT_USAGE, QUICK_EXIT, Commands, interrupted_code, leave, one_line, say
 from attnprof.errors import UserError
 from attnprof.profiler import safe_points
-from attnprof.profiler.units import REPORT_SECONDS, printable
+from attnprof.profiler.units import REPORT_SECONDS, printable, strict_json
 from attnprof.scenarios.fields import FIELDS
 
 EXAMPLES = """[bold]Examples[/]
@@ -52,10 +52,9 @@ def variants(as_json: JsonOpt = False):
     except StaticReadError:  # a construct the reader does not know: ask the registry (imports torch)
         found = _variants_from_registry()
     if as_json:
-        import json
         from dataclasses import asdict
 
-        typer.echo(json.dumps([asdict(v) for v in found], indent=1))
+        typer.echo(strict_json([asdict(v) for v in found], indent=1))
         return
     for v in found:
         typer.echo(f"{v.name:<15} {v.description}")
@@ -85,9 +84,7 @@ def gpus(gpu_file: GpuFileOpt = None, as_json: JsonOpt = False):
 
     found = api.gpu_table(gpu_files=gpu_file or ())
     if as_json:
-        import json
-
-        typer.echo(json.dumps([g.to_dict() for g in found], indent=1))
+        typer.echo(strict_json([g.to_dict() for g in found], indent=1))
         return
     from attnprof.profiler.hardware.gpus import format_gpus
 
@@ -136,13 +133,11 @@ def predict(scenario: ScenarioOpt = None,
                          **api_keywords(flags, PREDICT_FIELDS))
     for note in result.notes:  # warnings always; hints ("note: ...") only beside the table
         if not (as_json and note.startswith("note:")):
-            typer.echo(note, err=True)
+            say(note, err=True)
     if as_json:
-        import json
-
-        typer.echo(json.dumps(result.records, indent=1))
+        typer.echo(strict_json(result.records, indent=1))
     else:
-        typer.echo(result.table())
+        say(result.table())
     for path in result.timeline_files:
         typer.echo(f"wrote {printable(path)}", err=True)
 
@@ -156,11 +151,9 @@ def compare_timelines(predicted: Annotated[Path, typer.Argument(metavar="PREDICT
 
     result = compare(predicted, real)
     if as_json:
-        import json
-
-        typer.echo(json.dumps(result.to_dict(), indent=1))
+        typer.echo(strict_json(result.to_dict(), indent=1))
     else:
-        typer.echo(result.text())
+        say(result.text())
 
 
 # --- calibrate ----------------------------------------------------------------------------------
@@ -176,13 +169,11 @@ def calibrate(as_json: JsonOpt = False,
 
     run = api.calibrate(no_cache=no_cache, threads=threads)
     for note in run.notes:
-        typer.echo(note, err=True)
+        say(note, err=True)
     if as_json:
-        import json
-
-        typer.echo(json.dumps(run.to_dict(), indent=1))
+        typer.echo(strict_json(run.to_dict(), indent=1))
     else:
-        typer.echo(run.text())
+        say(run.text())
 
 
 # --- sweep --------------------------------------------------------------------------------------
@@ -241,7 +232,7 @@ def sweep(scenario: ScenarioOpt = None,
                    f"{executor.value}, memory limit {limit}, out {run.out}", err=True)
 
     run = api.sweep(scenario, **api_keywords(flags), device=device, mem_limit=mem_limit, out=out, resume=resume, report=report, progress=not quiet,
-                    on_start=banner, log=lambda line: typer.echo(line, err=True), gpus=gpu,
+                    on_start=banner, log=lambda line: say(line, err=True), gpus=gpu,
                     gpu_files=gpu_file or (), executor=executor.value, parallel=parallel, ray_address=ray_address,
                     ray_cpus_per_point=ray_cpus_per_point, gpu_types=gpu_types, timeline=timeline)
     print_outcome(run)
@@ -287,7 +278,7 @@ def report(run_dir: Annotated[Path, typer.Argument(
     from attnprof import api
 
     path = api.report(run_dir, output=output, baseline=baseline, seconds=seconds, gpus=gpu, gpu_files=gpu_file or (),
-                      no_cache=no_cache, log=lambda line: typer.echo(line, err=True),
+                      no_cache=no_cache, log=lambda line: say(line, err=True),
                       timeline_points=timeline_point or ())
     typer.echo(f"report: {path}")
 
@@ -318,7 +309,7 @@ def gate(run_dir: Annotated[Optional[Path], typer.Argument(help="a sweep's run f
 
     result = api.gate(run_dir, baseline=baseline, tolerance=tolerance, abs_tolerance=abs_tolerance,
                       allow_missing=allow_missing, markdown=markdown, json_out=json_out, update=update,
-                      run_scenario=run, log=lambda line: typer.echo(line, err=line.startswith("error: ")),
+                      run_scenario=run, log=lambda line: say(line, err=line.startswith("error: ")),
                       skip_invalid=skip_invalid)
     raise typer.Exit(result.exit_code)
 
@@ -339,7 +330,7 @@ def export(run_dir: Annotated[Path, typer.Argument(
     """Write a run's records as a flat table (CSV, Parquet, JSON) or as github-action-benchmark's input."""
     from attnprof import api
 
-    done = api.export(run_dir, format=format, out=out, log=lambda line: typer.echo(line, err=True))
+    done = api.export(run_dir, format=format, out=out, log=lambda line: say(line, err=True))
     if done.out is None:
         typer.echo(done.data, nl=False)
     else:

@@ -15,6 +15,7 @@ from typer.core import TyperGroup
 
 from attnprof.errors import UserError
 from attnprof.profiler import safe_points
+from attnprof.profiler.units import printable
 
 EXIT_USAGE, EXIT_INTERRUPTED = 2, 130  # and 1: the gate found a regression (its own code)
 
@@ -26,8 +27,17 @@ def interrupted_code() -> int:
 
 
 def one_line(exc: BaseException) -> str:
+    """An error's first line, control characters spelled out (``printable``): a message may
+    quote a file, a cache or a run folder."""
     text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+    return printable(text.splitlines()[0]) if text else type(exc).__name__
+
+
+def say(text, err: bool = False) -> None:
+    """Echo ``text`` line by line through ``printable``: what reaches the terminal from a
+    file, a cache or a run folder (a note, a name, a reason) never runs an escape sequence
+    or breaks a line."""
+    typer.echo("\n".join(printable(line) for line in str(text).split("\n")), err=err)
 
 
 class Commands(TyperGroup):

@@ -86,7 +86,12 @@ def build_scenario(scenario: Union[PathLike, Scenario, None] = None, *, base: Op
         told = ", ".join(f"{k}={list(v) if isinstance(v, tuple) else v}" for k, v in changed.items())
         sc = sc.override(description=f"{sc.description} [overridden: {told}]".strip())
     if sc.min_len > sc.max_len and not sc.seq_lens:
-        raise UsageProblem(f"--min-len {sc.min_len} is above --max-len {sc.max_len}")
+        origin = f"scenario {sc.name}'s" if scenario else "the default"  # a flag not given is named as such
+        said = [f"--{flag} {value}" if given[name] is not None else f"{origin} {name} {value}"
+                for flag, name, value in (("min-len", "min_len", sc.min_len), ("max-len", "max_len", sc.max_len))]
+        hint = "" if all(given[n] is not None for n in ("min_len", "max_len")) else (
+            f": give --{'min' if given['min_len'] is None else 'max'}-len too")
+        raise UsageProblem(f"{said[0]} is above {said[1]}{hint}")
     if given["variants"] is None:  # issue 24: the scenario's own list, not the caller's
         sc = _leave_out_inapplicable(sc)
     _check_points(sc)

@@ -14,6 +14,7 @@ from attnprof.scenarios.fields import FIELDS
 from attnprof.scenarios.scenario import Scenario
 
 PREDICT_LEN = 65536  # what `predict` predicts when no length is named
+BUDGET_SHORTEST = 256  # where a --budget search starts when no --min-len is named
 
 
 @dataclass
@@ -131,12 +132,17 @@ def _predictions(scenario, overrides: dict, *, budget, gpus, gpu_files, resoluti
 
     budget_bytes = to_bytes(budget, "--budget") if budget is not None else None
     specs = named_gpus(gpus, gpu_files)  # unknown names fail before any work
-    sc = build_scenario(scenario, base=Scenario(min_len=PREDICT_LEN, max_len=PREDICT_LEN), **overrides)
+    # a budget searches from --min-len (default 256) to --max-len (default 1M): its defaults, not PREDICT_LEN's
+    from attnprof.profiler.predict.points import LONGEST_SEARCHED
+
+    base = Scenario(min_len=PREDICT_LEN, max_len=PREDICT_LEN) if budget_bytes is None else (
+        Scenario(min_len=BUDGET_SHORTEST, max_len=LONGEST_SEARCHED))
+    sc = build_scenario(scenario, base=base, **overrides)
     said = scenario_warnings(sc)  # issue 24: a config key this build could not apply, variants left out
     min_len, max_len = overrides.get("min_len"), overrides.get("max_len")
     keys = [g.key for g in specs]
     labels = {g.key: g.label for g in specs if g.label != g.key}
-    start = 1 << max(0, (min_len or 256) - 1).bit_length()  # the first power of two >= min_len
+    start = 1 << max(0, (min_len or BUDGET_SHORTEST) - 1).bit_length()  # the first power of two >= min_len
     if budget_bytes is None:
         from functools import partial
 
@@ -150,7 +156,10 @@ def _predictions(scenario, overrides: dict, *, budget, gpus, gpu_files, resoluti
         # asked to rank by time, so a plain prediction stays at planning speed
         rates = machine_rates(warn=notes.append, measure=(sort == "time" or timeline) and not specs)
         if rates is None and not (sort == "time" and not specs) and not notes:
-            notes.append("note: step times on this CPU: run `attnprof calibrate` once (a few seconds, cached)")
+            from attnprof.profiler.timemodel.machine import cache_unusable
+
+            cached = "" if cache_unusable() else ", cached"  # never a promise the cache folder cannot keep
+            notes.append(f"note: step times on this CPU: run `attnprof calibrate` once (a few seconds{cached})")
         records = spread(partial(prediction_record, rates=rates), [p for s in series(sc) for p in s],
                          warm_key=point_key)
         if specs:
@@ -196,11 +205,11 @@ class CalibrationRun:
 
     calibration: Any  # attnprof.profiler.timemodel.calibrate.Calibration
     cached: bool  # read back from the cache, not measured now
-    path: Path  # its cache file
+    path: Optional[Path]  # its cache file; None when it could not be cached (a warning in notes says why)
     notes: list = field(default_factory=list)  # warnings for stderr (an unusable cached entry, replaced)
 
     def to_dict(self) -> dict:
-        return {**self.calibration.to_dict(), "cached": self.cached, "path": str(self.path)}
+        return {**self.calibration.to_dict(), "cached": self.cached, "path": None if self.path is None else str(self.path)}
 
     def text(self) -> str:
         from attnprof.profiler.timemodel.time_format import format_calibration
@@ -216,7 +225,7 @@ def calibrate(*, no_cache: bool = False, threads: Optional[int] = None) -> Calib
     again and overwrite it). A failed or implausible measurement is a CalibrationError
     (one line, exit 2), and nothing is cached."""
     from attnprof.profiler.forks import usable_cores
-    from attnprof.profiler.timemodel.machine import calibration, path_of
+    from attnprof.profiler.timemodel.machine import calibration, stored_at
 
     if threads is not None and threads < 1:
         raise UsageProblem(f"--threads must be a positive number, got {threads}")
@@ -225,7 +234,7 @@ def calibrate(*, no_cache: bool = False, threads: Optional[int] = None) -> Calib
         raise UsageProblem(f"--threads {threads} is more than the {cores} CPU(s) this process may use")
     notes: list = []
     cal, cached = calibration(threads, use_cache=not no_cache, warn=notes.append)
-    return CalibrationRun(cal, cached, path_of(cal.key()), notes)
+    return CalibrationRun(cal, cached, stored_at(cal), notes)
 
 
 @checked

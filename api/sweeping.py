@@ -140,6 +140,14 @@ def sweep(scenario: Union[PathLike, Scenario, None] = DEFAULT_SCENARIO, *, devic
                              parallel=parallel, ray_address=ray_address,
                              ray_cpus_per_point=1.0 if ray_cpus_per_point is None else ray_cpus_per_point,
                              mem_limit_from_device=limit is None, timeline=timeline)
+    if gpu_types:  # the executor's own refusals, before the banner and before any folder exists
+        from attnprof.profiler.runner.gpu_types import check_gpu_types
+
+        check_gpu_types(settings)
+    elif executor != "ray":
+        from attnprof.profiler.runner.executors.local import check_parallel
+
+        check_parallel(settings)
     _check_run_folder(run, resume, report)
     if timeline:  # issue 25: a planted link where the snapshots go is refused before any work
         from attnprof.profiler import safeio

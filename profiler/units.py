@@ -1,13 +1,17 @@
 """How attnprof reads and prints sizes, lengths, times and percentages: one place, so a
 number prints the same way in the terminal, the gate's summaries and the report.
 
-Bytes print in binary units with two decimals (``1.50 KiB``, ``4.00 MiB``); a missing
-value (None, NaN) prints as ``blank`` ("-" unless the caller chooses another text).
+Bytes print in binary units with two decimals (``1.50 KiB``, ``4.00 MiB``), from the one
+table of units ``parse_bytes`` reads too; a missing value (None, NaN) prints as ``blank``
+("-" unless the caller chooses another text). What a program reads (``--json``, results,
+exports) is written by ``strict_json``: RFC 8259 JSON, no NaN or Infinity.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import numbers
 import re
 
 KIB, MIB, GIB, TIB, PIB = (1 << 10), (1 << 20), (1 << 30), (1 << 40), (1 << 50)
@@ -20,14 +24,15 @@ INT64_MAX = 2**63 - 1
 REPORT_SECONDS = 7.0
 MISSING = "-"  # what a missing number prints as, unless the caller says otherwise
 
-_UNITS = {
-    "": 1, "b": 1,
-    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-    "kib": KIB, "mib": MIB, "gib": GIB, "tib": TIB,
-    "k": KIB, "m": MIB, "g": GIB, "t": TIB,
-}
+# THE table of byte units: fmt_bytes prints the binary ones (largest first), and parse_bytes
+# reads every name here (case-insensitive), so whatever is printed can be typed back. Binary
+# prefixes (KiB = 2**10) and decimal ones (kB = 10**3) as IEC 80000-13 defines them; a bare
+# K/M/G/T/P is binary, as in most memory tools (``free -h``, torch's memory_summary).
+BYTE_UNITS = (("PiB", PIB), ("TiB", TIB), ("GiB", GIB), ("MiB", MIB), ("KiB", KIB), ("B", 1))
+DECIMAL_UNITS = (("PB", 10**15), ("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("kB", 10**3))
+_UNITS = {"": 1, **{name.lower(): size for name, size in BYTE_UNITS + DECIMAL_UNITS},
+          **{name[0].lower(): size for name, size in BYTE_UNITS if name != "B"}}
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*$")
-_BYTE_UNITS = (("PiB", PIB), ("TiB", TIB), ("GiB", GIB), ("MiB", MIB), ("KiB", KIB))
 
 
 # --- reading --------------------------------------------------------------------------------
@@ -36,11 +41,15 @@ def parse_bytes(text: str | int, allow_zero: bool = False) -> int:
     match = _SIZE.match(str(text))
     unit = match and match[2].lower()
     if not match or unit not in _UNITS:
-        raise ValueError(f"cannot parse size {text!r}; use e.g. 80GiB, 512MiB, 16GB or a byte count")
+        raise ValueError(f"cannot parse size {text!r}; use a byte count or a number with a unit: "
+                         f"{', '.join(n for n, _ in BYTE_UNITS + DECIMAL_UNITS)} (e.g. 80GiB, 512MiB, 16GB)")
     value = float(match[1]) * _UNITS[unit]
     if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
         raise ValueError(f"size {text!r} must be positive")
-    return int(value)
+    if value > 2**63:  # beyond what torch (and a record) can count: int64
+        raise ValueError(f"size {text!r} is more than 2**63 - 1 bytes ({fmt_bytes(INT64_MAX)}), more than any "
+                         f"memory can hold")
+    return min(int(value), INT64_MAX)  # INT64_MAX prints as 8192.00 PiB, which is 2**63: read back as itself
 
 
 def parse_percent(text: str | float) -> float:
@@ -75,7 +84,7 @@ def fmt_bytes(n, blank: str = MISSING) -> str:
     n = float(n)
     if not math.isfinite(n):
         return f"{n} B"
-    for unit, size in _BYTE_UNITS:
+    for unit, size in BYTE_UNITS[:-1]:
         if abs(n) >= size:
             return f"{n / size:.2f} {unit}"
     return f"{int(n)} B"
@@ -103,7 +112,7 @@ def fmt_len(n, blank: str = MISSING) -> str:
 
 def fmt_ms(value, blank: str = MISSING) -> str:
     """Milliseconds to three significant digits, switching to seconds from 1000 ms."""
-    if missing(value):
+    if missing(value) or not math.isfinite(float(value)):  # an infinite time is no time: blank
         return blank
     value = float(value)
     if value >= 1000:
@@ -144,3 +153,37 @@ def text_table(head: list, rows: list) -> list[str]:
     rows = [[printable(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     return ["  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip() for r in [head, *rows]]
+
+
+# --- JSON for programs --------------------------------------------------------------------------
+NULL_REASON = "_null_reason"  # beside a figure that was not finite: KEY + this, why KEY is null
+
+
+def _not_finite(value) -> bool:
+    return (isinstance(value, numbers.Real) and not isinstance(value, (bool, int))
+            and not math.isfinite(float(value)))
+
+
+def finite_json(value):
+    """``value`` (dicts, lists, tuples, scalars) with every non-finite number (NaN, inf)
+    made None; in an object, ``KEY`` made None gets ``KEY_null_reason`` beside it."""
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            if _not_finite(item):
+                out[key] = None
+                out[f"{key}{NULL_REASON}"] = f"not a finite number ({float(item)!r})"
+            else:
+                out[key] = finite_json(item)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [None if _not_finite(item) else finite_json(item) for item in value]
+    return None if _not_finite(value) else value
+
+
+def strict_json(value, **dumps) -> str:
+    """THE JSON every output a program reads goes through (``--json``, results.jsonl, export,
+    the gate's file): RFC 8259 JSON, which has no NaN or Infinity (json.dumps writes them by
+    default, and jq, browsers and strict parsers refuse the whole text): ``finite_json``, then
+    ``json.dumps(..., allow_nan=False)``. ``dumps``: json.dumps' other keywords."""
+    return json.dumps(finite_json(value), allow_nan=False, **dumps)

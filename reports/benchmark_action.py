@@ -16,11 +16,9 @@ measured. Other statuses have no figure to track and are left out.
 
 from __future__ import annotations
 
-import json
-
 from attnprof.profiler.gate.snapshot import point_label
 from attnprof.profiler.records import PointRecord, step_time_ms
-from attnprof.profiler.units import printable
+from attnprof.profiler.units import printable, strict_json
 
 # Shape fields every name carries (point_label has variant, mode, length, batch and the later
 # fields), and those it carries only away from their default, so today's names stay short.
@@ -91,4 +89,4 @@ def _time_entry(base: str, r: dict, step: float) -> dict:
 
 def to_benchmark_action(records: list[dict]) -> bytes:
     """The entries as the JSON file the action reads (ASCII, control characters escaped)."""
-    return (json.dumps(entries(records), indent=1, ensure_ascii=True, allow_nan=False) + "\n").encode("ascii")
+    return (strict_json(entries(records), indent=1, ensure_ascii=True) + "\n").encode("ascii")

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import typing
 from dataclasses import fields
@@ -32,6 +31,7 @@ from functools import lru_cache
 
 from attnprof.errors import UserError
 from attnprof.profiler.records import PointRecord, step_time_ms
+from attnprof.profiler.units import strict_json
 from attnprof.reports.benchmark_action import point_name
 
 BREAKDOWN = "predicted_breakdown_bytes"
@@ -102,7 +102,7 @@ def _csv_cell(value) -> str:
     if isinstance(value, float):
         return repr(value)  # the shortest text that reads back as the same float
     if isinstance(value, (list, dict)):
-        return json.dumps(value, allow_nan=False)
+        return strict_json(value)
     text = str(value)
     return "'" + text if text.startswith(FORMULA_START) else text
 
@@ -121,7 +121,7 @@ def to_csv(records: list[dict]) -> bytes:
 def to_json(records: list[dict]) -> bytes:
     """The table as a JSON array of row objects (one per point, every column in each)."""
     _, rows = table(records)
-    return (json.dumps(rows, indent=1, ensure_ascii=True, allow_nan=False) + "\n").encode("ascii")
+    return (strict_json(rows, indent=1, ensure_ascii=True) + "\n").encode("ascii")
 
 
 def import_pyarrow():
@@ -163,7 +163,7 @@ def to_parquet(records: list[dict]) -> bytes:
     """The table as a Parquet file (pyarrow, the ``parquet`` extra); lists as JSON text."""
     pa, parquet = import_pyarrow()
     cols, rows = table(records)
-    rows = [{c: (json.dumps(v) if isinstance(v, list) else v) for c, v in row.items()} for row in rows]
+    rows = [{c: (strict_json(v) if isinstance(v, list) else v) for c, v in row.items()} for row in rows]
     sink = pa.BufferOutputStream()
     parquet.write_table(pa.Table.from_pylist(rows, schema=parquet_schema(pa, cols, rows)), sink)
     return sink.getvalue().to_pybytes()

@@ -6,9 +6,11 @@ fields) let a later render start where this one stopped. Both are keyed as the o
 prediction cache is (profiler/predict/cache.py): the versions tag (entry schema, torch,
 attnprof and the digest of attnprof's source files; a GPU fingerprint holds it), so an
 entry written by other code is stale and never used. They sit in a run folder, so
-they may come from anyone: each entry is validated like a result record (a peak is a
-finite byte count > 0: -1, 0 or NaN would end in a math domain error; a wrong type, in
-a TypeError); the file is read without following a link, without blocking on a FIFO and
+they may come from anyone: each entry is validated as a result record's field is
+(``gate.checks.field_problem``: a predicted peak is an integer byte count >= 0 within int64,
+so -1, NaN, Infinity, 1.5 or "12" are not; every gpu_* field has its PointRecord type), and
+a cached peak must also be > 0: a prediction is never 0 bytes (the inputs alone are bytes),
+and a 0 would end the capacity curve in log(0); the file is read without following a link, without blocking on a FIFO and
 up to a bound, and nesting too deep is a reason, not a RecursionError. Whatever is
 invalid is ignored, reported in one line (``problem``) and the file rewritten without
 it. Writes go through ``safeio.write_atomic``: a planted link is refused, never followed.
@@ -17,11 +19,11 @@ it. Writes go through ``safeio.write_atomic``: a planted link is refused, never 
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Optional
 
 from attnprof.profiler import safeio
+from attnprof.profiler.gate.checks import field_problem
 from attnprof.profiler.predict.cache import versions_tag
 
 CACHE_FILE = "report-predictions.json"
@@ -31,7 +33,6 @@ CHARTS = ("memory", "time", "savings", "time-accuracy", "capacity", "timeline") 
 # any work: by the render, and by a sweep that will render at its end)
 RENDER_FILES = ("report.html", *(f"report-{name}.png" for name in CHARTS), CACHE_FILE, GPU_CACHE_FILE)
 MAX_CACHE_BYTES = 64 << 20  # a cache is KiB; beyond this it is not one
-MAX_BYTES = float(1 << 62)  # a peak beyond this is corrupt data
 
 
 def _load(run_dir: Path | None, name: str) -> tuple[object, Optional[str]]:
@@ -54,12 +55,14 @@ def _load(run_dir: Path | None, name: str) -> tuple[object, Optional[str]]:
 
 
 def peak_problem(value) -> Optional[str]:
-    """Why a cached peak is no byte count, or None."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return f"{type(value).__name__} where a byte count belongs"
-    if not (math.isfinite(value) and 0 < value <= MAX_BYTES):
-        return f"{value!r} is not a byte count > 0"
-    return None
+    """Why a cached peak is no predicted peak, or None: as a result's predicted_peak_bytes
+    (``field_problem``), and not 0."""
+    if value is None:  # a record may lack a prediction; a cache entry is one
+        return "null where a predicted peak belongs"
+    problem = field_problem({"predicted_peak_bytes": value}, "predicted_peak_bytes")
+    if problem is None and value == 0:
+        return "predicted_peak_bytes must be > 0 (no prediction is 0 bytes), got 0"
+    return problem
 
 
 def _counted(bad: list, total: int) -> Optional[str]:
@@ -90,20 +93,20 @@ def write_cache(run_dir: Path | None, cache: dict, force: bool = False) -> None:
 
 
 def clean_fields(fields) -> Optional[dict]:
-    """A record's gpu_* fields as data: known names, plain finite values, a total > 0 and a
-    boolean fit; None for anything else (a hostile or stale cache file)."""
+    """A record's gpu_* fields as data: known names, each of its PointRecord type (byte
+    counts integers >= 0, figures finite), a total > 0 and a boolean fit; None for anything
+    else (a hostile or stale cache file)."""
     from attnprof.profiler.memmodel.gpu_peak import GPU_FIELDS
 
     if not isinstance(fields, dict):
         return None
     out = {k: fields.get(k) for k in GPU_FIELDS}
-    if peak_problem(out["gpu_total_bytes"]) or not isinstance(out["gpu_fits"], bool):
+    if out["gpu_total_bytes"] in (None, 0) or not isinstance(out["gpu_fits"], bool):
         return None
-    for v in out.values():
-        if v is not None and not isinstance(v, (str, int, float, bool)):
-            return None
-        if isinstance(v, float) and not math.isfinite(v):
-            return None
+    if any(out[k] is not None and field_problem(out, k) for k in GPU_FIELDS):  # each as a result record's field
+        return None
+    if any(isinstance(v, (int, float)) and not isinstance(v, bool) and v < 0 for v in out.values()):
+        return None  # bytes, times and tokens/s: none negative (results' model figures: runner/schema.py)
     return out
 
 

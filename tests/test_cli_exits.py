@@ -17,6 +17,14 @@ def test_one_line_keeps_the_first_line_or_names_the_error():
     assert one_line(KeyError()) == "KeyError"
 
 
+def test_text_from_files_reaches_the_terminal_spelled_out(capsys):
+    """Issue 40, item 2: an error or a note may quote a file, a cache or a run folder; its
+    escape sequences and bidi overrides are spelled out, one line stays one line."""
+    assert one_line(ValueError("bad \x1b[2J name\u202e\nline 2")) == "bad \\x1b[2J name\\u202e"
+    exits.say("table\nrow \x1b[31mred\r", err=True)
+    assert capsys.readouterr().err == "table\nrow \\x1b[31mred\\r\n"
+
+
 def test_sigterm_is_a_keyboard_interrupt_that_remembers_its_signal(monkeypatch):
     monkeypatch.setattr(safe_points, "RECEIVED", [])
     assert interrupted_code() == 128 + signal.SIGINT  # Python's own Ctrl-C

@@ -12,7 +12,6 @@ JSON) and ``markdown`` (step summary); this module is the entry point the CLI ca
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Callable, Optional
@@ -80,7 +79,7 @@ def _write_markdown(text: str, markdown_file: Optional[str | Path]) -> None:
 
 def _write_json(doc: dict, json_file: Optional[str | Path]) -> None:
     if json_file:
-        _write(json_file, json.dumps(doc, indent=2) + "\n", what="--json-out file")
+        _write(json_file, units.strict_json(doc, indent=2) + "\n", what="--json-out file")
 
 
 def run_gate(baseline: str | Path, run_dir: str | Path, tolerance_pct: float | str = DEFAULT_TOLERANCE_PCT,

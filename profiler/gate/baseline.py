@@ -22,6 +22,7 @@ from attnprof.profiler.gate.errors import GateError
 from attnprof.profiler.gate.snapshot import (UNREADABLE, Snapshot, check_point, invalid, point_label,
                                              point_of_record, printable, read_run, require_ok_point)
 from attnprof.profiler.records import IDENTITY_FIELDS, key_of_record, with_identity_defaults
+from attnprof.profiler.units import strict_json
 
 __all__ = ["FIGURE_FIELDS", "FORMAT", "IDENTITY_FIELDS", "VERSION", "GateError", "Snapshot", "baseline_document",
            "dump_baseline", "point_label", "point_of_record", "printable", "read_baseline", "read_run",
@@ -129,8 +130,8 @@ def baseline_document(run: Snapshot) -> dict:
 
 def dump_baseline(doc: dict) -> str:
     """JSON text with one point per line: readable diffs when the baseline is refreshed."""
-    head = json.dumps({k: v for k, v in doc.items() if k != "points"}, indent=2)
-    rows = ",\n".join("    " + json.dumps(p) for p in doc["points"])
+    head = strict_json({k: v for k, v in doc.items() if k != "points"}, indent=2)
+    rows = ",\n".join("    " + strict_json(p) for p in doc["points"])
     return head[:-2] + ',\n  "points": [\n' + rows + "\n  ]\n}\n"
 
 

@@ -9,8 +9,9 @@ it: no group or world write bit, unless the sticky bit is set (as on /tmp), wher
 cannot replace our files but may still create names we have not written yet, so there
 every entry read must itself be ours and writable by us alone (``own_entry``).
 
-An untrusted folder costs one warning line (the processes a command starts after it
-stay quiet: ``WARNED_ENV``), and the caller computes without the cache: never an error.
+An untrusted folder, or a file where a cache folder goes, costs one warning line (the
+processes a command starts after it stay quiet: ``WARNED_ENV``), and the caller computes
+without the cache: never an error.
 """
 
 from __future__ import annotations
@@ -43,18 +44,36 @@ def folder_problem(folder: Path) -> Optional[str]:
     return None
 
 
+def not_a_folder(folder: Path) -> Optional[str]:
+    """Why ``folder`` can hold no cache entries at all, or None: a file (or anything but a
+    folder) where it goes, or a file where one of the folders above it goes. A folder not
+    made yet is no problem (it will be created)."""
+    try:
+        info = os.stat(folder)
+    except NotADirectoryError:
+        return "under a file, not a folder"
+    except OSError:
+        return None
+    return None if stat.S_ISDIR(info.st_mode) else "a file, not a folder"
+
+
 def usable(root: Path, folder: Path, warn: Optional[Callable[[str], None]] = None,
            elsewhere: str = "choose a folder of your own") -> bool:
     """Whether the cache may read and write ``folder``: it and the cache's ``root`` (the one
-    above every cache folder) pass ``folder_problem``. Else one warning (``warn``, or
-    stderr; ``elsewhere``: how to point the cache at another folder), once per folder."""
+    above every cache folder) are folders (``not_a_folder``) and pass ``folder_problem``.
+    Else one warning (``warn``, or stderr; ``elsewhere``: how to point the cache at another
+    folder), once per folder: an unusable root is said once for every cache below it."""
     for where in dict.fromkeys((Path(root), Path(folder))):
-        why = folder_problem(where)
-        if why is None:
-            continue
+        shape, owner = not_a_folder(where), None
+        if shape is None:
+            owner = folder_problem(where)
+            if owner is None:
+                continue
         if os.environ.get(WARNED_ENV) != str(where):
             os.environ[WARNED_ENV] = str(where)
-            line = (f"attnprof: warning: cache folder {where} is {why}: another user could plant figures there, so "
+            line = (f"warning: cache folder {where} is {shape}: nothing is cached there, every figure is "
+                    f"computed again each time (remove what is in the way, or {elsewhere})" if shape else
+                    f"warning: cache folder {where} is {owner}: another user could plant figures there, so "
                     f"it is neither read nor written and predictions are computed uncached (chmod go-w it, or "
                     f"{elsewhere})")
             (warn or (lambda text: print(text, file=sys.stderr)))(line)

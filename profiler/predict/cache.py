@@ -224,7 +224,7 @@ def store(point: Point, value: dict) -> None:
     try:
         write_atomically(path, json.dumps({"key": key, "value": value, "checksum": checksum(key, value)}))
     except OSError as exc:
-        _warn_once(f"attnprof: warning: cannot write the prediction cache in {path.parent} "
+        _warn_once(f"warning: cannot write the prediction cache in {path.parent} "
                    f"({exc.strerror or exc}); predictions are not cached (set {ENV} to another folder)")
 
 

@@ -36,6 +36,14 @@ def resolve_device(device: str) -> str:
 GPU_TYPES_FILE = "gpu-types.json"
 
 
+def check_gpu_types(settings: SweepSettings) -> None:
+    """``--gpu-types``' own refusals, made before the banner (api.sweep) and again here."""
+    if settings.executor != "ray":
+        raise SweepError(f"--gpu-types needs --executor ray, not --executor {settings.executor}")
+    if settings.device not in ("auto", "cuda"):
+        raise SweepError(f"--gpu-types runs on GPUs: use --device cuda, not {settings.device}")
+
+
 def run_by_gpu_type(scenario: Scenario, out_dir: Path, settings: SweepSettings, gpu_types: list[str], *,
                     resume: bool = False, show_progress: bool = True,
                     on_record: Optional[Callable[[dict], None]] = None) -> tuple[SweepSummary, list[Path]]:
@@ -49,10 +57,7 @@ def run_by_gpu_type(scenario: Scenario, out_dir: Path, settings: SweepSettings, 
 
     from attnprof.profiler.runner.executors.ray_cluster import RaySession, gpu_types_of
 
-    if settings.executor != "ray":
-        raise SweepError("--gpu-types needs --executor ray")
-    if settings.device not in ("auto", "cuda"):
-        raise SweepError(f"--gpu-types runs on GPUs: use --device cuda, not {settings.device}")
+    check_gpu_types(settings)
     out_dir = Path(out_dir)
     session = RaySession.connect(settings.ray_address)
     total = SweepSummary(out_dir)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import platform
 import socket
 import subprocess
@@ -15,6 +14,7 @@ from attnprof import __version__
 from attnprof.profiler import safeio
 from attnprof.profiler.runner.errors import SweepError
 from attnprof.profiler.runner.storage import MANIFEST_FILE, read_manifest, read_manifest_checked
+from attnprof.profiler.units import strict_json
 from attnprof.scenarios.scenario import Scenario
 
 # Scenario fields that may differ between a run and its --resume without changing any point.
@@ -82,7 +82,7 @@ def write_manifest(out_dir: Path, scenario: Scenario, settings, cluster: Optiona
         manifest["resumed_at"].append(datetime.now(timezone.utc).isoformat(timespec="seconds"))
     settings.device_name = manifest["environment"].get("device_name", "")
     manifest["settings"]["device_name"] = settings.device_name
-    safeio.write_atomic(Path(out_dir) / MANIFEST_FILE, json.dumps(manifest, indent=1, default=str).encode("utf-8"))
+    safeio.write_atomic(Path(out_dir) / MANIFEST_FILE, strict_json(manifest, indent=1, default=str).encode("utf-8"))
     return manifest
 
 

@@ -28,6 +28,7 @@ from attnprof.profiler import safeio
 from attnprof.profiler.records import PointRecord, key_of_record
 from attnprof.profiler.runner.errors import StorageError, SweepError
 from attnprof.profiler.runner.schema import parse_line
+from attnprof.profiler.units import strict_json
 
 RESULTS_FILE = "results.jsonl"
 MANIFEST_FILE = "manifest.json"
@@ -107,7 +108,7 @@ def append_record(run_dir: Path, record) -> None:
     """
     path = Path(run_dir) / RESULTS_FILE
     row = record.to_row() if isinstance(record, PointRecord) else dict(record)
-    line = (json.dumps(row) + "\n").encode("utf-8")
+    line = (strict_json(row) + "\n").encode("utf-8")  # a figure that is not finite: null and why
     try:
         fd = safeio.open_append(path)
     except OSError as exc:

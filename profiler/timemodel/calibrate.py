@@ -15,8 +15,9 @@ of ``REPEATS`` runs:
   counts as a kernel: dispatch, autograd, and the Python and module calls around each op.
 
 Everything stops at ``BUDGET_S``; dtypes not reached by then are left out (their points
-get no predicted time). A result outside ``LIMITS`` is a ``CalibrationError``: a one-line
-UserError, never a prediction made from it.
+get no predicted time). A result outside ``LIMITS`` (derived from this project's CPU figures
+and the GPU table) is a ``CalibrationError``: a one-line UserError, never a prediction made
+from it; a cached one is ignored with one warning and measured again (machine.py).
 """
 
 from __future__ import annotations
@@ -54,7 +55,22 @@ MAX_THIN_OVER_SQUARE = 3.0
 # A memory-bound kernel moves no more bytes per second than a few times a plain copy (one
 # that only reads, e.g. a sum, may beat the copy's read + write): far more, a disturbed copy.
 MAX_CLASS_OVER_COPY = 10.0
-LIMITS = {"flops_per_s": (0.0, 1e15), "bandwidth_bytes_per_s": (0.0, 10e12), "overhead_s": (0.0, 1e-2)}
+# The bounds are derived, as the GPU table's are (hardware/gpus.py BOUNDS), from figures of
+# record: this project's own CPU calibration (docs/time-model.md, "This machine", 2 threads,
+# 2026-11-30: the slowest rate 99 GFLOP/s, float32 thin GEMM at K 16; the slowest kernel
+# 0.6 GB/s, sort; the smallest per-op overhead 11.2 us, backward) and the fastest GPU of the
+# built-in table (gpus.toml: 989.4 TFLOP/s dense, H100/H200 bf16; 4.8 TB/s, H200).
+# tests/profiler/timemodel/test_calibrate.py reads both sources again.
+CPU_SLOWEST_FLOPS_PER_S, CPU_SLOWEST_BYTES_PER_S, CPU_LEAST_OVERHEAD_S = 99e9, 0.6e9, 11.2e-6
+GPU_FASTEST_FLOPS_PER_S, GPU_FASTEST_BYTES_PER_S = 989.4e12, 4.8e12
+# Lowest: 1000x below those CPU figures (one thread of an old CPU, float64, a busy machine:
+# a busy 2-vCPU VM measured 10x less). Highest: no CPU outruns the fastest datasheet GPU (a
+# kernel that only reads, e.g. a sum, counts half a copy's traffic: 2x for bytes); an
+# overhead of 10 ms per op is a machine too busy to measure. A figure outside, e.g. 5e-324
+# FLOP/s from a hand-edited cache, would predict an infinite time (not JSON, issue 40).
+LIMITS = {"flops_per_s": (CPU_SLOWEST_FLOPS_PER_S / 1000, GPU_FASTEST_FLOPS_PER_S),
+          "bandwidth_bytes_per_s": (CPU_SLOWEST_BYTES_PER_S / 1000, 2 * GPU_FASTEST_BYTES_PER_S),
+          "overhead_s": (CPU_LEAST_OVERHEAD_S / 1000, 1e-2)}
 
 
 class CalibrationError(UserError):
@@ -112,7 +128,13 @@ def _numeric(value) -> bool:
 
 def _outside(value, limit: str) -> bool:
     lo, hi = LIMITS[limit]
-    return not _number(value) or not lo < value <= hi
+    return not _number(value) or not lo <= value <= hi
+
+
+def _bounds(limit: str, unit: str) -> str:
+    """A limit as printed: '[9.9e+07, 9.9e+14] FLOP/s'."""
+    lo, hi = LIMITS[limit]
+    return f"[{lo:.2g}, {hi:.2g}] {unit}"
 
 
 # Each field's type, checked before any figure is (a cache file is data: a list where a table
@@ -163,16 +185,17 @@ def problems(cal: Calibration) -> list[str]:
             continue
         for dtype, value in rates.items():
             if _outside(value, "flops_per_s"):
-                out.append(f"{dtype} {what} rate {value!r} FLOP/s is not in (0, {LIMITS['flops_per_s'][1]:.0e}]")
+                out.append(f"{dtype} {what} rate {value!r} FLOP/s is not in {_bounds('flops_per_s', 'FLOP/s')}")
     gemm, attention = cal.gemm_flops_per_s.get(REQUIRED_DTYPE), cal.attention_fwd_flops_per_s.get(REQUIRED_DTYPE)
     if _number(gemm) and _number(attention) and gemm > 0 and attention > MAX_ATTENTION_OVER_GEMM * gemm:
         out.append(f"{REQUIRED_DTYPE} attention ran at {attention / gemm:.0f}x the GEMM rate, which it cannot: "
                    f"the GEMM measurement was disturbed (a busy machine?)")
     if _outside(cal.bandwidth_bytes_per_s, "bandwidth_bytes_per_s"):
-        out.append(f"memory bandwidth {cal.bandwidth_bytes_per_s!r} B/s is not in (0, 10 TB/s] for a CPU")
+        out.append(f"memory bandwidth {cal.bandwidth_bytes_per_s!r} B/s is not in {_bounds('bandwidth_bytes_per_s', 'B/s')}"
+                   f" for a CPU")
     for what, value in (("forward", cal.overhead_fwd_s), ("backward", cal.overhead_bwd_s)):
         if _outside(value, "overhead_s"):
-            out.append(f"{what} per-op overhead {value!r} s is not in (0, 10 ms]")
+            out.append(f"{what} per-op overhead {value!r} s is not in {_bounds('overhead_s', 's')}")
     out.extend(_thin_gemm_problems(cal))
     out.extend(_class_problems(cal))
     return out
@@ -194,7 +217,7 @@ def _thin_gemm_problems(cal: Calibration) -> list[str]:
             if not str(k).isdigit() or int(k) < 1:
                 out.append(f"{dtype} thin GEMM inner dimension {k!r} is not a positive integer")
             elif _outside(value, "flops_per_s"):
-                out.append(f"{dtype} GEMM rate at K={k} {value!r} FLOP/s is not in (0, {LIMITS['flops_per_s'][1]:.0e}]")
+                out.append(f"{dtype} GEMM rate at K={k} {value!r} FLOP/s is not in {_bounds('flops_per_s', 'FLOP/s')}")
             elif _number(square) and square > 0 and value > MAX_THIN_OVER_SQUARE * square:
                 out.append(f"{dtype} GEMM at K={k} ran at {value / square:.0f}x the square GEMM rate, which it cannot: "
                            f"the square GEMM measurement was disturbed (a busy machine?)")
@@ -210,10 +233,10 @@ def _class_problems(cal: Calibration) -> list[str]:
     copy = cal.bandwidth_bytes_per_s
     fresh = cal.fresh_page_bytes_per_s
     if fresh != 0.0 and _outside(fresh, "bandwidth_bytes_per_s"):
-        out.append(f"fresh-page rate {fresh!r} B/s is not 0 (none) or in (0, 10 TB/s]")
+        out.append(f"fresh-page rate {fresh!r} B/s is not 0 (none) or in {_bounds('bandwidth_bytes_per_s', 'B/s')}")
     for cls, value in [*cal.class_bytes_per_s.items(), *cal.kernel_bytes_per_s.items()]:
         if _outside(value, "bandwidth_bytes_per_s"):
-            out.append(f"{cls} kernels' rate {value!r} B/s is not in (0, 10 TB/s] for a CPU")
+            out.append(f"{cls} kernels' rate {value!r} B/s is not in {_bounds('bandwidth_bytes_per_s', 'B/s')} for a CPU")
         elif _number(copy) and copy > 0 and value > MAX_CLASS_OVER_COPY * copy:
             out.append(f"{cls} kernels moved {value / copy:.0f}x the bytes per second of a copy, which they cannot: "
                        f"the copy measurement was disturbed (a busy machine?)")

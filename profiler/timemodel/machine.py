@@ -28,6 +28,12 @@ from attnprof.profiler.timemodel.calibrate import (Calibration, CalibrationError
 FOLDER = "calibration"
 
 
+def cache_unusable() -> bool:
+    """Whether no calibration can be cached (the folder, or the cache folder above it, is no
+    folder or not the user's own); judged without a warning (``trusted`` says it once)."""
+    return any(trust.not_a_folder(p) or trust.folder_problem(p) for p in (cache_dir(), cache_dir() / FOLDER))
+
+
 def path_of(key: dict) -> Path:
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     host = "".join(c if c.isalnum() or c in "-_." else "_" for c in str(key.get("host", "host")))[:40]
@@ -79,19 +85,31 @@ def _ignored(path: Path, why: str, warn: Optional[Warn], then: str) -> None:
     return None
 
 
-def save(cal: Calibration) -> Optional[Path]:
-    """Write ``cal`` atomically; None (and a warning on stderr) when the folder cannot be
-    written, or is not the user's own (``trust``: then nothing is written there)."""
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+def save(cal: Calibration, warn: Optional[Warn] = None) -> Optional[Path]:
+    """Write ``cal`` atomically; None (and one ``warn`` line, else stderr) when the folder
+    cannot be written, or is not the user's own or no folder (``trust``: then nothing is
+    written there, and the line was said when it was judged)."""
     path = path_of(cal.key())
-    if not trusted(path.parent, warn=lambda line: print(line, file=sys.stderr)):
+    if not trusted(path.parent, warn=warn or _stderr):
         return None
     try:
         write_atomically(path, json.dumps({"key": cal.key(), "calibration": cal.to_dict()}, indent=1))
     except OSError as exc:
-        print(f"attnprof: warning: cannot write the calibration cache in {path.parent} ({exc.strerror or exc}); "
-              f"this machine will be measured again next time", file=sys.stderr)
+        (warn or _stderr)(f"warning: cannot write the calibration cache in {path.parent} ({exc.strerror or exc}); "
+                          f"this machine will be measured again next time")
         return None
     return path
+
+
+def stored_at(cal: Calibration) -> Optional[Path]:
+    """Where ``cal`` is cached: its file when that holds these very figures (read back, of
+    the user's own), else None, so that nothing names a file that was not written."""
+    path = path_of(cal.key())
+    return path if load(cal.key()) == cal else None
 
 
 def calibration(threads: Optional[int] = None, *, use_cache: bool = True,
@@ -109,7 +127,7 @@ def calibration(threads: Optional[int] = None, *, use_cache: bool = True,
     from attnprof.profiler.timemodel import calibrate
 
     cal = check((measure_fn or calibrate.measure)(threads=key["threads"]))
-    save(cal)
+    save(cal, warn)
     return cal, False
 
 

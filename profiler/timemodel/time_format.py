@@ -84,8 +84,9 @@ def format_ranking(records: list[dict], *, gpus: list, memory_limit_bytes: Optio
 
 def format_calibration(cal, cached: bool, path) -> str:
     """``attnprof calibrate``: what was measured (or read back), one figure per line."""
+    where = f": {path}" if path is not None else ", not cached"  # never a file that was not written
     lines = [f"this machine: {cal.cpu} on {cal.host}, torch {cal.torch_version}, {cal.threads} threads"
-             f" ({'read from the cache' if cached else f'measured in {cal.wall_s:.1f} s'}: {path})",
+             f" ({'read from the cache' if cached else f'measured in {cal.wall_s:.1f} s'}{where})",
              f"  memory bandwidth   {cal.bandwidth_bytes_per_s / 1e9:8.1f} GB/s (read + written, large copy)",
              f"  per-op overhead    {cal.overhead_fwd_s * 1e6:8.2f} us forward, {cal.overhead_bwd_s * 1e6:.2f} us backward"]
     for dtype, rate in cal.gemm_flops_per_s.items():
@@ -104,4 +105,4 @@ def format_calibration(cal, cached: bool, path) -> str:
     if cal.fresh_page_bytes_per_s:
         lines.append(f"  fresh pages        {cal.fresh_page_bytes_per_s / 1e9:8.1f} GB/s (first write of an output >= 32 MiB)")
     lines += [f"  note: {n}" for n in cal.notes]
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)  # names and notes from a cache file: spelled out

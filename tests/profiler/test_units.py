@@ -59,3 +59,27 @@ def test_text_table_pads_columns_and_spells_out_control_characters():
     from attnprof.profiler.units import text_table
 
     assert text_table(["a", "bb"], [["xxx", "y"], ["z\n", "w"]]) == ["a    bb", "xxx  y", "z\\n  w"]
+
+
+def test_every_unit_printed_is_read_back_over_the_whole_range():
+    """Issue 40: one table of units serves printing and parsing; PiB (printed) was refused."""
+    from attnprof.profiler.units import BYTE_UNITS, INT64_MAX
+
+    for name, size in BYTE_UNITS:
+        assert parse_bytes(f"1{name}") == parse_bytes(f"1 {name.upper()}") == size
+    for n in [0, 1, 512, 1023, 1024, 1536, 10**6, 3 << 30, 5 << 40, 1 << 50, 7 << 52, 10**18, INT64_MAX]:
+        text = fmt_bytes(n)
+        size = next(s for name, s in BYTE_UNITS if text.endswith(" " + name))
+        back = parse_bytes(text, allow_zero=True)
+        assert abs(back - n) <= 0.005 * size and back <= INT64_MAX, (n, text, back)  # two decimals printed
+    assert parse_bytes("1PiB") == 1 << 50 and parse_bytes("2 PB") == 2 * 10**15 and parse_bytes("1p") == 1 << 50
+    for bad in ("8193PiB", "1EiB", "1e3"):
+        with pytest.raises(ValueError):
+            parse_bytes(bad)
+
+
+def test_the_size_flags_take_what_the_tables_print():
+    from attnprof.api.overrides import to_bytes
+    from attnprof.profiler.gate import parse_bytes as gate_bytes
+
+    assert to_bytes("1PiB", "--budget") == 1 << 50 and gate_bytes("1.00 PiB") == 1 << 50

@@ -19,10 +19,10 @@ def gpu_fields(**kw):
 
 
 def test_predictions_round_trip_under_this_codes_versions_tag(tmp_path):
-    write_cache(tmp_path, {"full|plain|256": 1234, "sdpa|plain|256": 99.5})
+    write_cache(tmp_path, {"full|plain|256": 1234, "sdpa|plain|256": 995})
     doc = json.loads((tmp_path / CACHE_FILE).read_text())
     assert list(doc) == [versions_tag()]
-    assert read_cache(tmp_path) == ({"full|plain|256": 1234, "sdpa|plain|256": 99.5}, None)
+    assert read_cache(tmp_path) == ({"full|plain|256": 1234, "sdpa|plain|256": 995}, None)
 
 
 def test_stale_entries_are_left_out_without_a_problem(tmp_path):
@@ -30,12 +30,25 @@ def test_stale_entries_are_left_out_without_a_problem(tmp_path):
     assert read_cache(tmp_path) == ({}, None)
 
 
-@pytest.mark.parametrize("value, fragment", [(-1, "is not a byte count > 0"), (0, "is not a byte count > 0"),
-                                             (float("nan"), "is not a byte count > 0"), (1e300, "byte count"),
-                                             (True, "bool where a byte count belongs"),
-                                             ("12", "str where a byte count belongs")])
+BYTE_COUNT = "predicted_peak_bytes must be a byte count (an integer >= 0)"
+
+
+@pytest.mark.parametrize("value, fragment", [(-1, BYTE_COUNT), (0, "must be > 0 (no prediction is 0 bytes)"),
+                                             (float("nan"), BYTE_COUNT), (float("inf"), BYTE_COUNT),
+                                             (1e300, BYTE_COUNT), (1.5, BYTE_COUNT), (1 << 63, BYTE_COUNT),
+                                             (True, BYTE_COUNT), ("12", BYTE_COUNT), ([1], BYTE_COUNT)])
 def test_a_peak_that_is_no_byte_count_is_named(value, fragment):
+    """Checked as a result's predicted_peak_bytes is (gate.checks), and never 0."""
     assert fragment in peak_problem(value)
+    assert peak_problem(1) is None and peak_problem((1 << 63) - 1) is None
+
+
+@pytest.mark.parametrize("text", ["-1", "NaN", "Infinity", "-Infinity", "0", "1.5", "1e3"])
+def test_a_hostile_peak_in_the_file_is_ignored_and_named(tmp_path, text):
+    """Issue 40, item 5: read from the file as JSON text (Python's json reads NaN and Infinity)."""
+    (tmp_path / CACHE_FILE).write_text(f'{{"{versions_tag()}": {{"good": 10, "bad": {text}}}}}')
+    good, problem = read_cache(tmp_path)
+    assert good == {"good": 10} and problem.startswith("1 of 2 entries invalid (first: 'bad': ")
 
 
 def test_invalid_entries_are_ignored_and_counted_in_one_line(tmp_path):
@@ -61,6 +74,11 @@ def test_gpu_fields_are_kept_only_when_they_are_the_models(tmp_path):
         assert clean_fields(bad) is None
     some_float_field = next(k for k in GPU_FIELDS if k not in ("gpu_total_bytes", "gpu_fits"))
     assert clean_fields(gpu_fields(**{some_float_field: float("inf")})) is None
+    for name in ("gpu_allocated_peak_bytes", "gpu_reserved_peak_bytes", "gpu_tensor_peak_bytes"):  # issue 40
+        for bad in (-1, 1.5, float("nan"), "1"):
+            assert clean_fields(gpu_fields(**{name: bad})) is None, (name, bad)
+        assert clean_fields(gpu_fields(**{name: 0}))[name] == 0
+    assert clean_fields(gpu_fields(gpu_time_fwd_ms=-2.0)) is None and clean_fields(gpu_fields(gpu_time_fwd_ms=2.0))
     assert clean_fields({**gpu_fields(), "gpu_evil": "x"}) == gpu_fields()  # unknown names are dropped
     (tmp_path / GPU_CACHE_FILE).write_text(json.dumps({"fp": {"a": gpu_fields(), "b": {"gpu_fits": 1}}, "fq": 3}))
     out, problem = read_gpu_cache(tmp_path)

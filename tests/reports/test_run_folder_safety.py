@@ -72,8 +72,10 @@ def cache_keys(run) -> list[str]:
     return [make_point(1 << e).key_text() for e in range(4, 21)]
 
 
-@pytest.mark.parametrize("value", [-1, 0, math.nan, math.inf, "12 MiB", [1], None, True, {"a": 1}],
-                         ids=["-1", "0", "nan", "inf", "str", "list", "null", "bool", "object"])
+@pytest.mark.parametrize("value", [-1, 0, math.nan, math.inf, -math.inf, 1.5, 1 << 63, "12 MiB", [1], None, True,
+                                   {"a": 1}],
+                         ids=["-1", "0", "nan", "inf", "-inf", "fraction", "beyond-int64", "str", "list", "null", "bool",
+                              "object"])
 def test_a_bad_prediction_cache_entry_is_ignored_rewritten_and_said_once(run, value):
     (run / CACHE_FILE).write_text(json.dumps({versions_tag(): {k: value for k in cache_keys(run)}}))
     result = report(run, "--seconds", "0")

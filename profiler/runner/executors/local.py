@@ -33,6 +33,19 @@ def visible_gpus() -> list[str]:
     return [str(i) for i in range(device_count())]
 
 
+def check_parallel(settings) -> None:
+    """``--parallel``'s refusals (SweepError), made before the banner (api.sweep) and again
+    when the slots are planned."""
+    n = settings.parallel
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+        raise SweepError(f"--parallel must be a positive number of points, got {n!r}")
+    if settings.device.startswith("cuda:") and n not in (None, 1):
+        raise SweepError(f"--parallel {n} needs --device cuda (every visible GPU), not {settings.device}")
+    if settings.device == "cuda" and n is not None and n > 1 and n > len(visible_gpus()):
+        raise SweepError(f"--parallel {n}: only {len(visible_gpus())} GPU(s) are visible, and a point needs one of "
+                         f"its own")
+
+
 class LocalExecutor(Executor):
     name = "local"
 
@@ -49,19 +62,14 @@ class LocalExecutor(Executor):
     def _plan_slots(self) -> list[tuple[dict, dict, dict]]:
         s = self.settings
         n = s.parallel
-        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
-            raise SweepError(f"--parallel must be a positive number of points, got {n!r}")
+        check_parallel(s)
         if s.device.startswith("cuda:"):
-            if n not in (None, 1):
-                raise SweepError(f"--parallel {n} needs --device cuda (every visible GPU), not {s.device}")
             return [({}, {}, {"device": s.device})]
         if s.device == "cuda":
             gpus = visible_gpus()
             n = n if n is not None else max(1, len(gpus))
             if n == 1:
                 return [({}, {}, {"device": "cuda"})]
-            if n > len(gpus):
-                raise SweepError(f"--parallel {n}: only {len(gpus)} GPU(s) are visible, and a point needs one of its own")
             return [self._gpu_slot(i, gpus[i]) for i in range(n)]
         n = n or 1
         cores = usable_cores()

@@ -108,3 +108,50 @@ def test_folders_the_cache_creates_are_private(tmp_path, monkeypatch):
     for folder in (root.parent, root, root / "predictions"):
         assert folder.stat().st_mode & 0o777 == 0o700, folder
     assert trust.folder_problem(root) is None and predict(POINT).cached
+
+
+PREDICT = ["predict", "--variant", "sdpa", "--mode", "plain", "--seq-len", "256", "--d-model", "32", "--heads", "2",
+           "--layers", "1"]
+
+
+def warning_lines(text: str) -> list:
+    return [line for line in text.splitlines() if "warning" in line]
+
+
+def test_a_file_in_place_of_the_cache_folder_is_said_once(tmp_path, monkeypatch):
+    """Issue 40, item 6: a file where the cache folder goes gave one warning per cache
+    (prediction, calibration), with two prefixes."""
+    blocker = tmp_path / "cache"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("ATTNPROF_CACHE_DIR", str(blocker))
+    cache.reset_warnings()
+    result = CliRunner().invoke(app, [*PREDICT, "--sort", "time"])  # predicts, and calibrates this CPU
+    assert result.exit_code == 0, result.stderr
+    said = warning_lines(result.stderr)
+    assert len(said) == 1 and said[0].startswith("warning: cache folder ") and "a file, not a folder" in said[0]
+    plain = CliRunner().invoke(app, PREDICT)  # no calibration: the hint promises no cache
+    assert "cached" not in plain.stderr and "`attnprof calibrate`" in plain.stderr, plain.stderr
+    assert trust.not_a_folder(blocker) and trust.not_a_folder(blocker / "predictions") == "under a file, not a folder"
+    assert trust.not_a_folder(tmp_path) is None and trust.not_a_folder(tmp_path / "not-yet") is None
+
+
+def test_a_file_in_place_of_the_calibration_folder_is_one_line_and_no_file_is_named(prediction_cache_dir):
+    """Issue 40, item 6: calibrate said 'measured in 4.5 s: .../calibration/....json' naming a
+    file it never wrote, after two warnings (two prefixes) for the one cause."""
+    (prediction_cache_dir / "calibration").write_text("in the way")
+    result = CliRunner().invoke(app, ["calibrate"])
+    assert result.exit_code == 0, result.stderr
+    said = warning_lines(result.stderr)
+    assert len(said) == 1 and said[0].startswith("warning: cache folder ") and "calibration" in said[0], said
+    head = result.stdout.splitlines()[0]
+    assert "not cached" in head and ".json" not in head, head
+    as_json = CliRunner().invoke(app, ["calibrate", "--json"])
+    assert json.loads(as_json.stdout)["path"] is None
+
+
+def test_every_warning_starts_the_same_way():
+    """Issue 40, item 6: one prefix. No source line writes 'attnprof: warning:'."""
+    from source_tree import source_paths
+
+    for path in source_paths(Path(trust.__file__).parents[2]):
+        assert "attnprof: warning" not in path.read_text(encoding="utf-8"), path

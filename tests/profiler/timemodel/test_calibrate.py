@@ -96,3 +96,27 @@ def test_a_real_measurement_is_plausible(stub_calibration):
     cal = calibrate.check(stub_calibration(threads=1))  # the real one, kept by the fixture
     assert cal.threads == 1 and cal.gemm_flops_per_s["float32"] > 0 and cal.overhead_fwd_s > 0
     assert set(cal.gemm_flops_per_s) <= set(calibrate.DTYPES) and cal.wall_s > 0
+
+
+def test_the_limits_are_derived_from_the_cpu_figures_and_the_gpu_table():
+    """Issue 40: the comment beside LIMITS says where they come from; this reads both sources
+    again (the built-in GPU table, and the CPU figures docs/time-model.md records), so a
+    figure of 5e-324 FLOP/s or 1e-300 B/s can no longer pass as plausible."""
+    import tomllib
+    from pathlib import Path
+
+    from attnprof.profiler.hardware.gpus import BUILTIN_FILE
+
+    gpus = tomllib.loads(BUILTIN_FILE.read_text())["gpus"].values()
+    assert calibrate.GPU_FASTEST_FLOPS_PER_S == max(v for g in gpus for v in g["tflops"].values()) * 1e12
+    assert calibrate.GPU_FASTEST_BYTES_PER_S == max(g["bandwidth_bytes_per_s"] for g in gpus)
+    doc = (Path(calibrate.__file__).parents[2] / "docs" / "time-model.md").read_text()
+    assert "(another run: 99 /" in doc and "`sort` 0.6" in doc and "/ 11.2 µs" in doc  # the slowest CPU figures
+    assert calibrate.LIMITS["flops_per_s"] == (99e9 / 1000, calibrate.GPU_FASTEST_FLOPS_PER_S)
+    assert calibrate.LIMITS["bandwidth_bytes_per_s"] == (0.6e9 / 1000, 2 * calibrate.GPU_FASTEST_BYTES_PER_S)
+    assert calibrate.LIMITS["overhead_s"] == (11.2e-6 / 1000, 1e-2)
+    for field, value in (("gemm_flops_per_s", {"float32": 5e-324}), ("bandwidth_bytes_per_s", 1e-300),
+                         ("overhead_bwd_s", 1e-300), ("attention_fwd_flops_per_s", {"float32": 5e-324})):
+        found = calibrate.problems(Calibration(host="h", cpu="c", torch_version="t", threads=1, **{**GOOD, field: value}))
+        assert found and "is not in [" in found[0], (field, found)
+    assert not calibrate.problems(Calibration(host="h", cpu="c", torch_version="t", threads=1, **GOOD))

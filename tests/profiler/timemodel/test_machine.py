@@ -32,6 +32,11 @@ BAD = [
     ("threads", "1"),
     ("notes", "n"),
     ("host", 5),
+    # issue 40: absurd but positive (they predicted infinite times, printed as Infinity in --json)
+    ("gemm_flops_per_s", {"float32": 5e-324}),
+    ("bandwidth_bytes_per_s", 1e-300),
+    ("attention_bwd_flops_per_s", {"float32": 1e30}),
+    ("overhead_fwd_s", 1e-300),
 ]
 
 
@@ -109,3 +114,41 @@ def test_a_record_of_wrong_types_is_a_list_of_reasons_not_a_type_error():
         broken = calibrate.Calibration(**{**cal.to_dict(), field: value})
         found = calibrate.problems(broken)
         assert found and all(isinstance(line, str) and "\n" not in line for line in found), (field, found)
+
+
+def refuse(constant):
+    raise ValueError(f"{constant} is not JSON")
+
+
+def test_absurd_positive_rates_are_ignored_and_no_infinite_time_is_printed():
+    """Issue 40: rates of 5e-324 FLOP/s and 1e-300 B/s passed as plausible, and predict --json
+    printed Infinity (not JSON), the table 'inf s'."""
+    cal, path = cached_entry(threads=None)
+    spoil(path, "gemm_flops_per_s", {dtype: 5e-324 for dtype in cal.gemm_flops_per_s})
+    data = json.loads(path.read_text())
+    data["calibration"]["bandwidth_bytes_per_s"] = 1e-300
+    path.write_text(json.dumps(data))
+    plain = runner.invoke(app, [*PREDICT, "--json"])
+    assert plain.exit_code == 0, plain.stderr
+    record = json.loads(plain.stdout, parse_constant=refuse)[0]
+    assert record["predicted_time_fwd_ms"] is None and record["predicted_time_bwd_ms"] is None
+    assert len(warnings_in(plain.stderr)) == 1 and "5e-324" in warnings_in(plain.stderr)[0]
+    table = runner.invoke(app, PREDICT)
+    assert table.exit_code == 0 and "inf" not in table.stdout, table.stdout
+    calibrated = runner.invoke(app, ["calibrate", "--json"])  # measured again, and rewritten
+    assert calibrated.exit_code == 0 and len(warnings_in(calibrated.stderr)) == 1
+    assert json.loads(calibrated.stdout, parse_constant=refuse)["cached"] is False
+    assert machine.load(cal.key()) is not None
+
+
+def test_text_from_the_cache_reaches_the_terminal_spelled_out():
+    """Issue 40, item 2: a note (or a CPU name) read from the calibration cache printed its
+    terminal escape sequences raw."""
+    cal, path = cached_entry(threads=None)
+    data = json.loads(path.read_text())
+    data["calibration"]["notes"] = ["\x1b[31mred\x1b[0m\nsecond line"]
+    path.write_text(json.dumps(data))
+    result = runner.invoke(app, ["calibrate"])
+    assert result.exit_code == 0, result.stderr
+    assert "\x1b" not in result.stdout and "\\x1b[31mred" in result.stdout
+    assert "note: \\x1b[31mred\\x1b[0m\\nsecond line" in result.stdout.splitlines()[-1]  # one line, spelled out

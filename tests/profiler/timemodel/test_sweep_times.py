@@ -55,12 +55,14 @@ def test_a_failed_calibration_is_one_warning_and_no_predicted_times(tmp_path, mo
 
 
 def test_the_model_skips_a_point_far_beyond_the_timeout_before_its_series_is_measured(tmp_path, monkeypatch):
-    slow_machine(monkeypatch, gemm_flops_per_s={"float32": 1e3}, attention_fwd_flops_per_s={"float32": 1e3},
-                 attention_bwd_flops_per_s={"float32": 1e3})
-    run_sweep(TINY.override(variants=("sdpa",)), tmp_path, settings(point_timeout_s=5.0), show_progress=False)
+    slowest = calibrate.LIMITS["flops_per_s"][0]  # the slowest CPU the calibration takes as plausible
+    slow_machine(monkeypatch, gemm_flops_per_s={"float32": slowest}, attention_fwd_flops_per_s={"float32": slowest},
+                 attention_bwd_flops_per_s={"float32": slowest}, bandwidth_bytes_per_s=1e6, overhead_fwd_s=1e-2,
+                 overhead_bwd_s=1e-2)
+    run_sweep(TINY.override(variants=("sdpa",)), tmp_path, settings(point_timeout_s=0.2), show_progress=False)
     first, second = read_records(tmp_path)
     assert first["status"] == "skipped" and "by the time model" in first["reason"]
-    assert first["predicted_time_fwd_ms"] > 5e3  # the record says what the model predicted
+    assert first["predicted_time_fwd_ms"] > 0.2e3  # the record says what the model predicted
     assert second["status"] == "skipped" and "by the time model" in second["reason"]
 
 
