@@ -169,7 +169,8 @@ def test_ctrl_c_in_a_command_exits_130(monkeypatch):
 
 @pytest.mark.parametrize("signum, code", [(2, 130), (15, 143), (None, 130)])
 def test_an_interrupted_sweep_exits_128_plus_its_signal(monkeypatch, tmp_path, signum, code):
-    summary = SimpleNamespace(interrupted=True, records=[], kept=0, wall_s=1.0, compute_s=1.0, timed_s=0.5)
+    summary = SimpleNamespace(interrupted=True, records=[], kept=0, wall_s=1.0, compute_s=1.0, timed_s=0.5,
+                              ahead_s=0.0)
     if signum is not None:
         summary.interrupted_by = signum
 
