@@ -61,19 +61,30 @@ def test_materialised_attention_is_within_one_percent(rows):
     assert all(1.0 <= v <= 1.10 for v in totals.values()), totals  # the issue's NVML bound, on these eight
 
 
+def test_scope_attention_is_exact_to_half_a_percent(rows):
+    """The four scope-attention points (cuDNN bf16 4K and 16K, memory-efficient fp32 4K, full
+    bf16 4K): with the projections the module holds on the device (memmodel/trace.py
+    ``held_parameters``) and cuDNN's grad_out rule, allocated and reserved match (the issue
+    asks 3% and 10%); this also checks the cuDNN backward workspace assumption at two lengths."""
+    attention = lambda r: " attention " in r["point"]  # noqa: E731
+    for key in ("allocated_ratio", "reserved_ratio"):
+        ratios = _ratios(rows, key, attention)
+        assert len(ratios) == 4 and all(0.995 <= v <= 1.005 for v in ratios.values()), (key, ratios)
+
+
 def test_allocated_never_above_measured_and_within_the_reached_bounds(rows):
     """The model never promises more than the GPU used here (measured / model >= 1 within
-    0.5%), no point is off by more than 24% (was 32%), and the median is within the issue's 3%."""
+    0.5%), no point is off by more than 24% (was 32%), and the median is within 1%."""
     ratios = _ratios(rows, "allocated_ratio")
     assert len(ratios) == 23
     assert all(0.995 <= v <= 1.24 for v in ratios.values()), ratios
-    assert statistics.median(ratios.values()) <= 1.03
-    assert sum(abs(v - 1) <= 0.03 for v in ratios.values()) >= 12  # the issue's bound, reached on 12 of 23
+    assert statistics.median(ratios.values()) <= 1.01
+    assert sum(abs(v - 1) <= 0.03 for v in ratios.values()) >= 14  # the issue's bound, reached on 14 of 23
 
 
 def test_reserved_and_nvml_total_within_the_reached_bounds(rows):
     reserved, total = _ratios(rows, "reserved_ratio"), _ratios(rows, "total_ratio")
     assert all(0.995 <= v <= 1.39 for v in reserved.values()), reserved
-    assert statistics.median(reserved.values()) <= 1.15  # 1.195 before
+    assert statistics.median(reserved.values()) <= 1.13  # 1.195 before
     assert all(1.0 <= v <= 1.44 for v in total.values()), total
     assert statistics.median(total.values()) <= 1.21  # 1.259 before
