@@ -63,8 +63,9 @@ FREE = "free"  # (FREE, serial): its storage was freed
 OP = "op"  # (OP, op, info): an op was dispatched; its new output storages' ALLOC events follow at once
 MARK = "mark"  # (MARK, label): a point the caller named, e.g. "backward"
 # Ops whose tensor arguments the trace describes in OP's info (the GPU model substitutes
-# the CUDA kernels of these): {"grad_enabled": bool, "args": [TensorInfo | None, ...]}.
-TRACE_DETAIL_OPS = ("scaled_dot_product",)
+# the CUDA kernels of these: SDPA, and the ops profiler/memmodel/cuda_ops.py rewrites):
+# {"grad_enabled": bool, "args": [TensorInfo | None, ...]}.
+TRACE_DETAIL_OPS = ("scaled_dot_product", "native_layer_norm", "_softmax_backward_data")
 
 
 _DETAILED: dict = {}

@@ -27,6 +27,7 @@ from typing import Optional
 
 from attnprof.profiler.aten_ops import CUBLAS_OPS, op_base
 from attnprof.profiler.hardware.gpus import GpuSpec
+from attnprof.profiler.memmodel import cuda_ops
 from attnprof.profiler.memmodel.sdpa_choice import HALF
 from attnprof.profiler.records import DTYPE_BYTES
 
@@ -179,6 +180,21 @@ def _forward(backend: str, info: dict, outs: list, gpu: GpuSpec, name: _Names) -
     return ev
 
 
+def cudnn_grad_out_copied(go, q, cudnn_version: Optional[int] = None) -> bool:
+    """Whether cuDNN attention's backward copies grad_out (issue 39). aten/src/ATen/native/cudnn/
+    MHA.cpp ``run_cudnn_SDP_bprop``: with cuDNN >= 9.5.1 (CUDNN_VERSION 90501) only a grad_out
+    whose innermost stride is not 1 is permuted to the output's layout
+    (``permute_to_matching_layout``); with an older cuDNN, one whose strides differ from the
+    output's, which the forward allocated in q's layout (``alloc_with_matching_layout``)."""
+    if cudnn_version is None:
+        from attnprof.profiler.memmodel.sdpa_choice import torch_facts
+
+        cudnn_version = torch_facts()["cudnn"]
+    if cudnn_version >= 90501:
+        return go.stride[-1] != 1
+    return not (_dense(q.shape, q.stride) and tuple(go.stride) == tuple(q.stride))
+
+
 def _backward(backend: str, info: dict, outs: list, gpu: GpuSpec, name: _Names, stealable: dict) -> list:
     go, q, k, v = info["args"][:4]
     B, H, nq, d = q.shape
@@ -190,8 +206,8 @@ def _backward(backend: str, info: dict, outs: list, gpu: GpuSpec, name: _Names, 
     tmp = []
     # _flash_attention_backward: contiguous_grad_out = grad_out.contiguous() (of the
     # [B, n, H, d] transpose); _efficient_attention_backward: "handle potentially
-    # non-contiguous grad_out through a copy". cuDNN: assumed the same.
-    if not _contiguous(*_transposed(go)):
+    # non-contiguous grad_out through a copy". cuDNN: cudnn_grad_out_copied.
+    if cudnn_grad_out_copied(go, q) if backend == "cudnn" else not _contiguous(*_transposed(go)):
         tmp.append(name(f"{backend}.grad_out_contiguous"))
         ev.append((ALLOC, tmp[-1], B * nq * H * dv * el, op))
     if backend == "flash":
@@ -260,8 +276,9 @@ def _outputs(events: list, i: int, want: int) -> list:
 
 
 def substitute(events: list, gpu: GpuSpec, backend: str, *, cublas: bool = True,
-               cublas_bytes: Optional[int] = None) -> GpuEvents:
-    """The trace with the GPU's SDPA allocations and cuBLAS workspaces in place of the CPU's.
+               cublas_bytes: Optional[int] = None, ops: bool = True) -> GpuEvents:
+    """The trace with the GPU's SDPA allocations and cuBLAS workspaces in place of the CPU's,
+    and (``ops``) the CUDA kernels' allocations of the ops ``cuda_ops`` rewrites.
 
     ``backend`` "math" leaves SDPA alone (record the trace with ``sdpa_math=True``).
     """
@@ -321,4 +338,6 @@ def substitute(events: list, gpu: GpuSpec, backend: str, *, cublas: bool = True,
         i += 1
     if pending_ws is not None:
         out.events.append((ALLOC, f"cublas.workspace.{pending_ws}", ws_bytes, "cuBLAS workspace"))
+    if ops:  # issue 39: ops whose CUDA kernel allocates otherwise
+        out.events = cuda_ops.apply(out.events).events
     return out

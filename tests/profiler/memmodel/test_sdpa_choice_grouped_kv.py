@@ -49,7 +49,10 @@ def test_flash_backward_keeps_kv_gradients_at_kv_heads(monkeypatch):
     mha, mqa = gpu_memory(at(4), h100), gpu_memory(at(1), h100)
     assert mha.sdpa_backend == mqa.sdpa_backend == "flash"
     closed, expanded = 2 * 2 * 3 * 512 * 64 * 2, 2 * 2 * 512 * 4 * 64 * 2
-    assert mha.tensor_peak_bytes - mqa.tensor_peak_bytes == 2 * closed - expanded
+    # issue 39: the device also holds the uncounted projections (memmodel/trace.py held_parameters);
+    # MQA's to_in is d -> d + 2 x 64 instead of d -> 3d
+    projections = (256 * 768 - 256 * (256 + 2 * 64)) * 2
+    assert mha.tensor_peak_bytes - mqa.tensor_peak_bytes == 2 * closed - expanded + projections
 
 
 @pytest.mark.parametrize("label,kv_heads,rope", [("sdpa", 1, True), ("full", 2, True), ("sdpa[dropout=0.1]", 2, False),

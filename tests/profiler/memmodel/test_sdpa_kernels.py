@@ -124,3 +124,20 @@ def test_cublas_workspaces_one_per_thread_after_the_first_matmul():
     assert not any(e[0] == FREE and str(e[1]).startswith("cublas") for e in sub.events)  # kept for the run
     assert len([e for e in substitute(t.trace, get_gpu("h100-sxm"), "math", cublas=False).events
                 if e[0] == ALLOC and str(e[1]).startswith("cublas")]) == 0
+
+
+def test_cudnn_copies_grad_out_only_when_its_innermost_stride_is_not_1():
+    """MHA.cpp run_cudnn_SDP_bprop (issue 39): cuDNN >= 9.5.1 permutes grad_out only when its
+    innermost stride is not 1; an older one whenever its strides differ from the output's (q's layout)."""
+    from attnprof.profiler.measure.tracker import TensorInfo
+    from attnprof.profiler.memmodel.sdpa_kernels import cudnn_grad_out_copied
+
+    def info(shape, stride):
+        return TensorInfo(None, shape, stride, "bfloat16", False)
+
+    bhnd = info((1, 16, 4096, 64), (16 * 4096 * 64, 4096 * 64, 64, 1))  # [B, H, n, d] contiguous
+    bnhd = info((1, 16, 4096, 64), (16 * 4096 * 64, 64, 1024, 1))  # the transpose of [B, n, H, d]
+    odd = info((1, 16, 4096, 64), (16 * 4096 * 64, 4096 * 64, 1, 4096))  # innermost stride 4096
+    assert not cudnn_grad_out_copied(bhnd, bnhd, 91900) and not cudnn_grad_out_copied(bnhd, bhnd, 91900)
+    assert cudnn_grad_out_copied(odd, bhnd, 91900)
+    assert cudnn_grad_out_copied(bhnd, bnhd, 90400) and not cudnn_grad_out_copied(bnhd, bnhd, 90400)

@@ -1,0 +1,117 @@
+"""Ops whose CUDA kernel allocates differently from the CPU op the trace recorded (issue 39).
+
+The trace is a CPU run under fake tensors (profiler/memmodel/trace.py): each op's outputs
+are what its meta function (the CPU kernel's shapes and dtypes) allocates. For most ops a
+CUDA kernel allocates exactly the same outputs; for the ops below it does not, and
+``apply`` rewrites their events the way the CUDA kernel in torch 2.11 allocates. Each rule
+is a rule of the op on CUDA (keyed on its arguments' dtypes), never of a variant or a shape.
+The tracker records these ops' tensor arguments (``TRACE_DETAIL_OPS`` in
+profiler/measure/tracker.py) so the rules read dtypes and shapes, not guesses.
+
+1. ``native_layer_norm``: the saved mean and rstd. ``layer_norm_cuda``
+   (aten/src/ATen/native/cuda/layer_norm_kernel.cu) allocates them as
+   ``at::empty({M}, X->options().dtype(acc_type))`` with
+   ``acc_type = at::toAccumulateType(input.scalar_type(), /*is_cuda=*/true)``: float32 for
+   a bfloat16 or float16 input. The CPU op keeps them in the input's dtype (the trace shows
+   M x 2 bytes each for bf16), so on CUDA each is twice as large and lives as long
+   (saved for backward).
+2. ``_softmax_backward_data``: ``softmax_backward_cuda_out`` (aten/src/ATen/native/cuda/
+   SoftMax.cu) computes ``Tensor tmp = grad * output;`` and hands it to
+   ``host_softmax_backward``: one temporary of the gradient's size, allocated after the
+   structured op's output (grad_input) and freed on return. The CPU kernel has none. For
+   materialised attention this is one more (B, H, n, n) tensor at the backward's peak.
+   ``log_softmax``'s backward has no such temporary (not rewritten).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from attnprof.profiler.aten_ops import op_base
+from attnprof.profiler.memmodel.sdpa_choice import HALF
+from attnprof.profiler.records import DTYPE_BYTES
+
+ALLOC, FREE, OP = "alloc", "free", "op"  # = profiler.measure.tracker's (no torch import here)
+
+LAYER_NORM = "native_layer_norm"
+SOFTMAX_BACKWARD = "_softmax_backward_data"
+# at::toAccumulateType(dtype, is_cuda=true) (aten/src/ATen/AccumulateType.h): the CUDA
+# accumulate type of each floating dtype the model knows
+CUDA_ACC = {"bfloat16": "float32", "float16": "float32", "float32": "float32", "float64": "float64"}
+# the type promotion of two floating dtypes (c10/core/ScalarType.h promoteTypes): the wider,
+# float16 with bfloat16 giving float32
+_RANK = {"float16": 1, "bfloat16": 1, "float32": 2, "float64": 3}
+
+
+@dataclass
+class CudaOps:
+    events: list
+    rewritten: dict = field(default_factory=dict)  # op -> how many of its calls were rewritten
+
+
+def _promote(a: str, b: str) -> str:
+    if a == b:
+        return a
+    if {a, b} == {"float16", "bfloat16"}:
+        return "float32"
+    return a if _RANK.get(a, 0) >= _RANK.get(b, 0) else b
+
+
+def _numel(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def _outputs_at(events: list, i: int) -> list:
+    """Positions of the ALLOC events right after the OP at ``i``."""
+    out, j = [], i + 1
+    while j < len(events) and events[j][0] == ALLOC:
+        out.append(j)
+        j += 1
+    return out
+
+
+def _args(info) -> list:
+    """The traced op's tensor arguments (TensorInfo or None each), [] when not described."""
+    return (info.get("args") or []) if isinstance(info, dict) else []
+
+
+def apply(events: list) -> CudaOps:
+    """``events`` with the CUDA kernels' allocations of the ops above (a new list; the
+    input is left as it is)."""
+    out = CudaOps(list(events))
+    ev = out.events
+    i, temps = 0, 0
+    while i < len(ev):
+        e = ev[i]
+        if e[0] != OP:
+            i += 1
+            continue
+        base = op_base(e[1])
+        args = _args(e[2])
+        if base == LAYER_NORM and args and args[0] is not None:
+            dtype = args[0].dtype
+            acc = CUDA_ACC.get(dtype, dtype)
+            outs = _outputs_at(ev, i)
+            if acc != dtype and len(outs) == 3 and dtype in DTYPE_BYTES and acc in DTYPE_BYTES:
+                for j in outs[1:]:  # mean, rstd: M elements of the accumulate type
+                    _, serial, nbytes, op = ev[j]
+                    ev[j] = (ALLOC, serial, nbytes // DTYPE_BYTES[dtype] * DTYPE_BYTES[acc], op)
+                out.rewritten[base] = out.rewritten.get(base, 0) + 1
+        elif base == SOFTMAX_BACKWARD and len(args) >= 2 and args[0] is not None and args[1] is not None:
+            grad, output = args[0], args[1]
+            outs = _outputs_at(ev, i)
+            dtype = _promote(grad.dtype, output.dtype)
+            if outs and dtype in DTYPE_BYTES:
+                temps += 1
+                name = f"cuda.softmax_backward_tmp#{temps}"
+                nbytes = _numel(grad.shape) * DTYPE_BYTES[dtype]  # grad * output: grad's shape
+                at = outs[-1] + 1  # after grad_input (the structured op's output), freed on return
+                ev[at:at] = [(ALLOC, name, nbytes, e[1]), (FREE, name)]
+                out.rewritten[base] = out.rewritten.get(base, 0) + 1
+                i = at + 2
+                continue
+        i += 1
+    return out
