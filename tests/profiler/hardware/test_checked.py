@@ -106,7 +106,7 @@ GOOD = BUILTIN_FILE.read_text()
 @pytest.mark.parametrize("edit, message", [
     (lambda s: s.replace('gpu = "h200"\n', ""), "field 'gpu' is missing"),
     (lambda s: s.replace('date = ', 'colour = "red"\ndate = '), "field 'colour' is not a known field"),
-    (lambda s: s.replace("allocated = [0.", "allocated = [2.0, 0."), "field 'ratios.allocated' must be [lowest, highest]"),
+    (lambda s: s.replace("allocated = [", "allocated = [2.0, "), "field 'ratios.allocated' must be [lowest, highest]"),
     (lambda s: s.replace("batch = [1, 1]", "batch = [1.5, 2]"), "field 'sizes.batch' must be [lowest, highest]"),
     (lambda s: s.replace('time_kinds = ["sdpa', 'time_kinds = ["rope model plain bfloat16", "sdpa'),
      "field 'time_kinds' names a kind that memory_kinds lacks"),
