@@ -288,6 +288,7 @@ class Traced:
     # issue 24: serials of the storages a GPU keeps on the host (the optimizer's step counters and
     # what a foreach step adds to them: optimizer.host_serials); the GPU's events leave them out
     host_serials: frozenset = frozenset()
+    held: list = field(default_factory=list)  # trace_point's ``held(work)``: events the device holds beside the trace
 
     def op_rows(self) -> list:
         """Every op of the run in order, one row each: (trace position, pass, op, flops,
@@ -319,9 +320,11 @@ class Traced:
 
 @deferring  # Ctrl-C and SIGTERM wait for a safe point (profiler/safe_points.py)
 def trace_point(point: Point, *, marks: bool = False, count_flops: bool = True, seed: int = 0,
-                real_limit_bytes: Optional[int] = None, mode: Optional[type] = None) -> Traced:
+                real_limit_bytes: Optional[int] = None, mode: Optional[type] = None,
+                held: Optional[Callable] = None) -> Traced:
     """Run ``point`` once under FakeTensorMode with the tracer, exactly as
     ``accounting.account(point, fake=True)`` runs it; ``marks`` cuts the trace into runs.
+    ``held(work)``: the events the GPU holds beside the trace (memmodel/trace.py ``held_parameters``).
 
     ``mode``: the fake mode's class (default: ``internals.new_fake_mode()``, the fast one
     where this torch passed ``internals.check``, which compares the two).
@@ -362,10 +365,11 @@ def trace_point(point: Point, *, marks: bool = False, count_flops: bool = True, 
         categories = tracer.categories()
         origins = tracer.origins()
         host = host_serials(tracer, getattr(work, "optimizer", None), step_at[0] if step_at else None, origins)
+        held_events = held(work) if held is not None else []
     return Traced(point, report.peak_bytes, report.breakdown_bytes, report.largest_at_peak, tracer.trace[:end],
                   tracer.flops, tracer.reads, backward_at[0] if backward_at else end, categories, origins,
                   marker.periods if marker is not None and marker.ok else 0, (time.perf_counter() - start) * 1e3,
-                  tracer.io, step_params, report.peak_op, report.peak_pass, host)
+                  tracer.io, step_params, report.peak_op, report.peak_pass, host, held_events)
 
 
 def _layouts(groups: list) -> list:

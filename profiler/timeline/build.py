@@ -8,7 +8,9 @@ With a GPU, the same trace goes through the GPU's kernels (memmodel/sdpa_kernels
 ``substitute``) and the caching-allocator simulation; where that GPU would run SDPA on its
 math path the trace is recorded on that path instead (memmodel/trace.py), as
 ``gpu_peak.gpu_memory`` does, and its events are placed in the ops by their share of the
-op sequence (said in the notes).
+op sequence (said in the notes). Either way the GPU trace starts with what the device holds
+uncounted (memmodel/trace.py ``held_parameters``: the one rule, which ``trace_point`` applies
+to the workload it ran), so the timeline's peaks are ``gpu_memory``'s at every scope.
 """
 
 from __future__ import annotations
@@ -51,8 +53,11 @@ def point_timeline(point: Point, gpu: Optional[GpuSpec] = None, rates: Optional[
     from attnprof.scenarios.variants.registry import spec_of, with_spec
 
     point = with_spec(point)
+    held = None
+    if gpu is not None:  # what the GPU memory model's trace holds beside the CPU trace: its one rule
+        from attnprof.profiler.memmodel.trace import held_parameters as held
     with module_marks():  # issue 24: on a GPU, its optimizer implementation (foreach by default)
-        traced = trace_point(point if gpu is None else on_device(point, "cuda"), marks=True)
+        traced = trace_point(point if gpu is None else on_device(point, "cuda"), marks=True, held=held)
     period = spec_of(point).layer_period()
     backend = ""
     if gpu is not None:
@@ -89,7 +94,9 @@ def _gpu_events(point: Point, traced, steps: Steps, gpu: GpuSpec, backend: str) 
     else:  # issue 24: the optimizer's host-resident counters take no device memory (as gpu_memory's trace)
         marked = list(traced.trace)
         marked.insert(traced.backward_at, (MARK, "backward"))  # where substitute's backward starts
-        marked = on_the_device(marked, traced.host_serials)
+        # issue 39: first, what the device holds uncounted (scope attention: the projections), as
+        # memmodel/trace.py record_trace puts held_parameters' events first; placed in the setup
+        marked = traced.held + on_the_device(marked, traced.host_serials)
     sub = substitute(marked, gpu, backend or "math")
     events = sub.events
     notes += sub.notes

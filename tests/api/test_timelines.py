@@ -72,3 +72,19 @@ def test_the_cli_writes_the_files_without_a_gpu_timed_on_this_cpu(tmp_path):
     assert cli.exit_code == 0, cli.output
     assert sorted(p.suffix for p in (tmp_path / "t").iterdir()) == [".json", ".pickle"]
     assert "wrote" in cli.output
+
+
+def test_at_scope_attention_the_gpu_snapshot_has_predicts_gpu_peaks(tmp_path):
+    """Issue 39's projections, held on the GPU at scope attention: ``predict --gpu --timeline``
+    writes the allocated and reserved peaks ``predict --gpu`` reports (they differed by
+    4·d_model² elements before the timeline's GPU trace held them too)."""
+    from attnprof.profiler.timeline.plain_pickle import load_plain
+    from attnprof.profiler.timeline.snapshot_diff import summarise
+
+    result = api.predict(variants=["sdpa"], scope="attention", seq_lens=[128], d_model=64, heads=2, dtype="bfloat16",
+                         gpus="h200", timeline=tmp_path / "t")
+    record = next(r for r in result.records if r.get("status") == "ok")
+    snap = summarise(load_plain(result.timeline_files[0]))
+    assert record["gpu_sdpa_backend"] == "cudnn"
+    assert snap.allocated_peak_bytes == record["gpu_allocated_peak_bytes"]
+    assert snap.reserved_peak_bytes == record["gpu_reserved_peak_bytes"]

@@ -78,6 +78,22 @@ def test_trace_point_marks_periods_and_counts_op_costs():
     assert (plain.peak_bytes, plain.breakdown_bytes) == (traced.peak_bytes, traced.breakdown_bytes)
 
 
+def test_trace_point_keeps_what_held_says_of_the_workload_it_ran():
+    """``held`` (the GPU model's: memmodel/trace.py held_parameters) sees the Workload the trace
+    ran, its parameters those the run registered; its events are kept apart from the trace."""
+    point = Point("full", "none", "attention", SHAPE)
+    seen = []
+
+    def held(work):
+        seen.append((work.point, len(work.params), sum(1 for _ in work.module.parameters())))
+        return [(ALLOC, "device.held", 8, "")]
+
+    traced = trace_point(point, held=held)
+    assert traced.held == [(ALLOC, "device.held", 8, "")] and ("device.held" not in {e[1] for e in traced.trace})
+    assert len(seen) == 1 and seen[0][0] == point and seen[0][1:] == (0, 2)  # full's core has none; to_in, to_out
+    assert trace_point(point).held == []
+
+
 def test_op_cost_rows_leave_out_ops_that_cost_nothing():
     costs: dict = {}
     count_into(costs, ("fwd", "view.default", 0, 0, 0))

@@ -66,3 +66,23 @@ def test_without_a_time_model_each_op_is_one_microsecond_and_it_says_so():
     t = point_timeline(point(layers=1), rates=None)
     assert not t.steps.timed and t.steps.step_us == len(t.steps.ops)
     assert any("calibrate" in n for n in t.notes)
+
+
+@pytest.mark.parametrize("p", [point("sdpa", "none", "attention", dtype="bfloat16", d_model=64),
+                               point("full", "none", "attention", dtype="bfloat16", d_model=64),
+                               point("sdpa", "none", "attention", d_model=64)],
+                         ids=["sdpa-bf16", "full-bf16", "sdpa-fp32"])
+def test_at_scope_attention_the_gpu_timeline_holds_the_projections_as_the_model_does(p):
+    """At scope attention the GPU holds the module's projections though the tracker counts the
+    core's parameters only (memmodel/trace.py ``held_parameters``): the timeline's GPU trace
+    holds them too, so its peaks are ``gpu_memory``'s, whatever path built its events."""
+    gpu = get_gpu("h200")
+    t = timeline_of(p, "h200")
+    model = gpu_memory(p, gpu)
+    assert model.sdpa_backend == {"sdpa-bfloat16": "cudnn", "full-bfloat16": "", "sdpa-float32": "efficient"}[
+        f"{p.variant}-{p.shape.dtype}"]  # the non-math paths: the timeline uses its own trace there
+    assert t.allocations.allocated_peak_bytes == model.allocated_peak_bytes
+    assert t.allocations.reserved_peak_bytes == model.reserved_peak_bytes
+    assert t.allocations.tensor_peak_bytes == model.tensor_peak_bytes
+    held = [e for e in t.events if e[0] == "alloc" and str(e[1]).startswith("device.uncounted")]
+    assert sum(e[2] for e in held) == 4 * 64 * 64 * {"bfloat16": 2, "float32": 4}[p.shape.dtype]  # to_in (d -> 3d), to_out (d -> d)
