@@ -204,6 +204,15 @@ models() {
     run "$1" "$PYTHON" scripts/gpu_check_points.py models "${runs[@]}" --csv "$OUT/models-vs-measured.csv" \
         --points-json "$OUT/measured-points.json" "${DRYFLAG[@]}"
 }
+# the kernels the time model could not pin down (issue 39: softmax over long rows, host cost per op), each alone
+probe() {
+    if [ "$DRY" = 1 ]; then
+        run "$1" "$PYTHON" scripts/gpu_kernel_probe.py --device cpu --lengths 64 --heads 2 --warmup 0 --repeats 2 \
+            --host-calls 50 --out "$WORK/kernel-probe.json"
+    else
+        run "$1" "$PYTHON" scripts/gpu_kernel_probe.py --out "$WORK/kernel-probe.json"
+    fi
+}
 # seconds per point of a slice of the README's full sweep (`attnprof sweep --max-len 65536`: 189 points), from a
 # cold prediction cache as a first run has; the full sweep at that pace is extrapolated, and says so
 seconds_stage() {
@@ -275,7 +284,8 @@ timeline() {
 
 # Most important figures first; each stage capped, all under one deadline (a cut stage still reports what it has).
 ORDER="environment:40:environment sweep:130:sweep train:90:train long:75:long compare:20:compare time:20:time_model
-       models:60:models seconds:60:seconds_stage timeline:40:timeline gpu-model:70:gpu_model gpu-tests:60:gpu_tests"
+       models:60:models seconds:60:seconds_stage probe:45:probe timeline:40:timeline gpu-model:70:gpu_model
+       gpu-tests:60:gpu_tests"
 WANTED=" ${STAGES:-$(for e in $ORDER; do printf '%s ' "${e%%:*}"; done)} "
 for entry in $ORDER; do
     IFS=: read -r name cap fn <<< "$entry"

@@ -8,7 +8,8 @@ each alone, so that the model's figures can cite a measurement instead of a gues
 
     python3 scripts/gpu_kernel_probe.py --out probe.json [--lengths 4096,8192,16384] [--heads 16]
 
-Per length n, on (1, heads, n, n) scores of --dtype: softmax forward and backward, the
+Per length n, on (1, heads, n, n) scores of --dtype: softmax forward (of random and of causally
+masked scores) and backward, the
 out-of-place masked_fill with an (n, n) bool mask broadcast over the heads (full attention's
 causal mask), a clone (the streaming reference), and the QK^T bmm (heads, n, 64) x (heads, 64, n).
 Each kernel's time is the median of --repeats after --warmup runs (CUDA events on a GPU, the
@@ -70,6 +71,11 @@ def kernels(device: str, dtype, n: int, heads: int, warmup: int, repeats: int) -
     rows.append(_row("masked_fill", n, _timer(device, lambda: s.masked_fill(mask, value), warmup, repeats),
                      numel * es + mask.numel() + numel * es))
     rows.append(_row("softmax_fwd", n, _timer(device, lambda: torch.softmax(s, -1), warmup, repeats), 2 * numel * es))
+    masked = s.masked_fill(mask, value)  # what `full` feeds its softmax: causally masked scores (the upper
+    # triangle at the dtype's minimum), whose speed may differ from random scores' (pytorch issue 91582)
+    rows.append(_row("softmax_fwd_masked", n, _timer(device, lambda: torch.softmax(masked, -1), warmup, repeats),
+                     2 * numel * es))
+    del masked
     y = torch.softmax(s, -1)
     g = torch.randn_like(y)
     rows.append(_row("softmax_bwd", n, _timer(device, lambda: torch._softmax_backward_data(g, y, -1, dtype),
@@ -111,7 +117,9 @@ def main() -> int:
     parser.add_argument("--out", required=True, help="the JSON file to write")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
-    parser.add_argument("--lengths", default="4096,8192,16384")
+    # 4K-16K as measured on 2026-12-04, and 9K/10K either side of SoftMax.cu's switch between its
+    # register and shared-memory kernels for bf16 rows (docs/time-model.md, "What is left")
+    parser.add_argument("--lengths", default="4096,8192,9216,10240,16384")
     parser.add_argument("--heads", type=int, default=16)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=10)
@@ -147,6 +155,10 @@ def main() -> int:
         print(f"{r['kernel']:<12} n={r['n']:<6} {r['time_ms']:9.3f} ms  {rate}")
     for h in doc["host"]:
         print(f"host {h['op']:<24} {h['host_us_per_call']:7.2f} us per call")
+    soft = [r for r in rows if r["kernel"] == "softmax_fwd" and r["bytes_per_s"]]
+    print("HEADLINE: softmax forward " + ", ".join(f"n={r['n']} {r['bytes_per_s'] / 1e9:.1f} GB/s" for r in soft)
+          + "; host " + ", ".join(f"{h['op']} {h['host_us_per_call']:.1f} us" for h in doc["host"])
+          + f"; {Path(args.out).name}")
     return 0
 
 

@@ -23,10 +23,11 @@ def test_a_cpu_run_writes_every_kernel_with_its_bytes_and_the_host_costs(tmp_pat
     doc = json.loads(out.read_text())
     assert doc["device"] == "cpu" and "not modelled" in doc["what"]
     names = [(k["kernel"], k["n"]) for k in doc["kernels"]]
-    assert names == [(k, n) for n in (32, 64) for k in ("clone", "masked_fill", "softmax_fwd", "softmax_bwd", "bmm_qk")]
+    kinds = ("clone", "masked_fill", "softmax_fwd", "softmax_fwd_masked", "softmax_bwd", "bmm_qk")
+    assert names == [(k, n) for n in (32, 64) for k in kinds]
     clone = doc["kernels"][0]
     assert clone["bytes"] == 2 * 2 * 32 * 32 * 4 and clone["time_ms"] > 0 and clone["bytes_per_s"] > 0
-    assert doc["kernels"][4]["flops"] == 2 * 2 * 32 * 32 * 64
+    assert doc["kernels"][5]["flops"] == 2 * 2 * 32 * 32 * 64
     assert [h["op"] for h in doc["host"]] == ["add_ (1 element)", "nn.Linear(8, 8) forward"]
     assert all(h["host_us_per_call"] > 0 for h in doc["host"])
 
