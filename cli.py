@@ -245,7 +245,7 @@ def sweep(scenario: ScenarioOpt = None,
     typer.echo(f"results: {run.results_path}")
     failure = run.failure()  # issue 38: a sweep that measured nothing is loud
     if failure:
-        typer.echo(f"error: {failure}", err=True)
+        say(f"error: {failure}", err=True)  # it quotes a reason read back from the run folder
         raise typer.Exit(run.exit_code)
 
 

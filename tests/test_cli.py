@@ -185,6 +185,29 @@ def test_an_interrupted_sweep_exits_128_plus_its_signal(monkeypatch, tmp_path, s
     assert "--resume" in result.stderr and "attnprof sweep: scenario" in result.stderr
 
 
+def test_a_sweep_that_measured_nothing_names_its_reason_spelled_out(monkeypatch, tmp_path):
+    """Issue 38's failure line quotes a reason read back from the run folder (a --resume keeps
+    earlier records): its escape sequences reach the terminal spelled out (issue 40 item 2)."""
+    summary = SimpleNamespace(interrupted=False, records=[], kept=1, wall_s=1.0, compute_s=1.0, timed_s=0.5,
+                              ahead_s=0.0)
+    out = tmp_path / "run"
+    out.mkdir()
+    append_record(out, PointRecord(variant="full", mode="plain", scope="model", seq_len=256, batch=1, d_model=256,
+                                   heads=4, head_dim=64, layers=2, dtype="float32", device="cpu", status="error",
+                                   reason="RuntimeError: planted \x1b[2J\x1b]0;title\x07 text"))
+
+    def fake_sweep(*args, on_start=None, **kwargs):
+        run = api.SweepRun(out, api.Scenario(), "cpu", 1 << 30, summary)
+        on_start(run)
+        return run
+
+    monkeypatch.setattr(api, "sweep", fake_sweep)
+    result = runner.invoke(app, ["sweep", "--out", str(out)])
+    assert result.exit_code == 1
+    assert "error: no point ended ok" in result.stderr and "planted \\x1b[2J" in result.stderr
+    assert "\x1b" not in result.stderr and "\x07" not in result.stderr
+
+
 # --- exit codes and one-line errors of the real entry point (subprocess) ----------------------------
 @pytest.mark.parametrize("args, message", [
     (["predict", "--seq-len", "0"], "positive"),
