@@ -29,8 +29,13 @@ def _predict_one(point: Point) -> bool:
 
 def predict_ahead(plan: list[list[Point]], done: dict, settings) -> float:
     """A sweep's ``predict_points`` of the points not ``done``: on the local executor on a CUDA
-    device only (seconds taken; 0 where nothing ran)."""
+    device only, and only where the prediction cache keeps what it predicts (its workers read
+    it there; else each would trace its point again), seconds taken; 0 where nothing ran."""
+    from attnprof.profiler.predict import cache
+
     if not (str(settings.device).startswith("cuda") and settings.executor == "local"):
+        return 0.0
+    if not cache.is_enabled() or not cache.check_folder():  # its one warning was said before the banner
         return 0.0
     return predict_points([p for s in plan for p in s if p.key() not in done], settings.device)
 

@@ -31,3 +31,32 @@ def test_only_a_local_cuda_sweep_predicts_ahead():
     assert predict_ahead(plan, {}, SimpleNamespace(device="cpu", executor="local")) == 0.0
     assert predict_ahead(plan, {}, SimpleNamespace(device="cuda", executor="ray")) == 0.0
     assert predict_ahead(plan, {plan[0][0].key(): {}}, SimpleNamespace(device="cuda", executor="local")) >= 0.0
+
+
+@pytest.mark.parametrize("unusable", ["file in the way", "--no-cache"])
+def test_nothing_is_predicted_ahead_where_no_prediction_can_be_kept(monkeypatch, tmp_path, unusable):
+    """The predictions ahead are for the workers to read from the cache: where the cache
+    keeps nothing (a file where its folder goes, or the cache turned off), they would be
+    traced twice, the second time while the GPU waits, after up to AHEAD_S of the first."""
+    import contextlib
+    from types import SimpleNamespace
+
+    from attnprof.profiler.measure.cache_folder import ENV
+    from attnprof.profiler.predict import cache as prediction_cache
+    from attnprof.profiler.records import Point, Shape
+    from attnprof.profiler.runner import ahead
+
+    called = []
+    monkeypatch.setattr(ahead, "predict_points", lambda points, device: called.append(points) or 1.0)
+    plan = [[Point("sdpa", "plain", "model", Shape(seq_len=64, d_model=32, heads=2, layers=1))]]
+    settings = SimpleNamespace(device="cuda", executor="local")
+    assert ahead.predict_ahead(plan, {}, settings) == 1.0 and len(called) == 1  # a usable cache: predicted
+    if unusable == "file in the way":
+        (tmp_path / "cache").write_text("not a folder")
+        monkeypatch.setenv(ENV, str(tmp_path / "cache"))
+        off = contextlib.nullcontext()
+    else:
+        off = prediction_cache.disabled()
+    with off:
+        assert ahead.predict_ahead(plan, {}, settings) == 0.0
+    assert len(called) == 1
