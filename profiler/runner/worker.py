@@ -71,11 +71,6 @@ def is_oom(exc: BaseException) -> bool:
     return "out of memory" in text or "can't allocate memory" in text or "failed to allocate" in text
 
 
-def one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text[:300]}"
-
-
 def _base_record(point: Point, device: str, device_name: str) -> PointRecord:
     return PointRecord(**point.identity(), device=device, device_name=device_name, host=socket.gethostname(),
                        worker_pid=os.getpid())

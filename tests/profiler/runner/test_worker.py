@@ -15,7 +15,7 @@ import torch
 
 from attnprof.profiler.records import Point, PointRecord, Shape
 from attnprof.profiler.runner.failures import TRACEBACK_KEY, row_of
-from attnprof.profiler.runner.worker import child_main, is_oom, measure_point, memory_limit, one_line
+from attnprof.profiler.runner.worker import child_main, is_oom, measure_point, memory_limit
 
 POINT = Point("sdpa", "plain", "model", Shape(seq_len=64, d_model=32, heads=2, layers=1))
 
@@ -82,11 +82,6 @@ def test_out_of_memory_is_recognised_by_type_and_by_message():
     assert is_oom(MemoryError()) and is_oom(torch.OutOfMemoryError("CUDA out of memory"))
     assert is_oom(RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 TB"))
     assert is_oom(RuntimeError("Failed to allocate 12 bytes")) and not is_oom(RuntimeError("shape mismatch"))
-
-
-def test_a_reason_is_one_line_named_by_the_exception_and_cut():
-    assert one_line(ValueError("a\n  b\tc")) == "ValueError: a b c"
-    assert len(one_line(RuntimeError("x" * 1000))) == len("RuntimeError: ") + 300
 
 
 def test_the_memory_limit_is_the_given_one_or_else_none_on_cpu():
