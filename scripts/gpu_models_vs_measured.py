@@ -43,6 +43,8 @@ def _main(args) -> int:
     gpu = get_gpu(args.gpu or env.get("gpu_table_key") or "h200")
     rows = compare(measured, gpu)
     cols = ("allocated_ratio", "reserved_ratio", "total_ratio", "time_ratio")
+    print(f"measured / MODEL on {gpu.key} (allocated, reserved, NVML process total, fwd+bwd time): the model's "
+          f"figures are modelled, the others measured ({args.points})")
     print(f"{'point':<44} {'alloc':>7} {'resv':>7} {'nvml':>7} {'time':>7}  sdpa model/measured")
     for r in rows:
         cells = " ".join(f"{r[c]:7.3f}" if r[c] is not None else f"{'-':>7}" for c in cols)
