@@ -23,6 +23,8 @@
 #                code, issue 39), and those measurements as a file to commit as test data
 #   seconds      seconds per point of a slice of the README's full sweep (sdpa x 3 modes x 256, 8K, 64K, cold
 #                prediction cache), and the 189-point sweep extrapolated at that pace
+#   probe        the kernels the time model could not pin down, each timed alone (scripts/gpu_kernel_probe.py:
+#                softmax forward/backward over long rows, masked_fill, clone, QK^T bmm; the host's cost per op)
 #   timeline     one small point's predicted and real memory snapshots (issue 25)
 #   gpu-model    the GPU memory model vs measured, each point in a fresh process (needs no forked worker)
 #   gpu-tests    pytest -m gpu (a real one-point --device cuda sweep among them)

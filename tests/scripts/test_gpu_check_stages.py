@@ -39,3 +39,17 @@ def test_at_most_eight_files_are_named_for_out():
     named = set(re.findall(r'\$OUT/([A-Za-z0-9_.-]+)', text)) - {"gpu-check.tgz.tmp", "timeline-pair.tgz.tmp"}
     named |= {"gpu-model.csv", "time-comparison.csv"}  # written by the python helpers into --out "$OUT"
     assert len(named) <= 8, sorted(named)
+
+
+def test_every_stage_is_described_in_the_scripts_header_and_in_docs_gpu_md():
+    """The header comment and docs/gpu.md's list are what a reader of summary.txt has to go by:
+    a stage line they do not explain (the probe stage was added without either) is a figure
+    nobody can read."""
+    text = SCRIPT.read_text()
+    header = text.split("\nset -uo pipefail", 1)[0]
+    described = set(re.findall(r"^#   ([a-z][a-z\-]+) +\S", header, re.M))
+    names = [name for name, _, _ in stages()]
+    assert set(names) <= described, sorted(set(names) - described)
+    docs = (ROOT / "docs" / "gpu.md").read_text()
+    stage_list = docs.split("- Stages, most important figures first", 1)[1].split("\n- ", 1)[0]
+    assert all(f"`{name}`" in stage_list for name in names), [n for n in names if f"`{n}`" not in stage_list]
