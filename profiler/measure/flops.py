@@ -14,7 +14,6 @@ or not, every score.
 
 from __future__ import annotations
 
-import torch
 from torch.utils import flop_counter as fc
 from torch.utils._python_dispatch import TorchDispatchMode
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from attnprof.profiler.aten_ops import op_base
-from attnprof.profiler.memmodel.sdpa_choice import HALF
 from attnprof.profiler.records import DTYPE_BYTES
 
 ALLOC, FREE, OP = "alloc", "free", "op"  # = profiler.measure.tracker's (no torch import here)
