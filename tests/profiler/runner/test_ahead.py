@@ -21,16 +21,22 @@ def test_predict_ahead_leaves_every_point_in_the_cache_for_its_worker():
     assert all(prediction_cache.load(on_device(p, "cuda")) is not None for p in points)
 
 
-def test_only_a_local_cuda_sweep_predicts_ahead():
+def test_only_a_local_cuda_sweep_predicts_ahead_and_only_the_points_not_done(monkeypatch):
     from types import SimpleNamespace
 
     from attnprof.profiler.records import Point, Shape
-    from attnprof.profiler.runner.ahead import predict_ahead
+    from attnprof.profiler.runner import ahead
 
-    plan = [[Point("sdpa", "plain", "model", Shape(seq_len=64, d_model=32, heads=2, layers=1))]]
-    assert predict_ahead(plan, {}, SimpleNamespace(device="cpu", executor="local")) == 0.0
-    assert predict_ahead(plan, {}, SimpleNamespace(device="cuda", executor="ray")) == 0.0
-    assert predict_ahead(plan, {plan[0][0].key(): {}}, SimpleNamespace(device="cuda", executor="local")) >= 0.0
+    asked = []
+    monkeypatch.setattr(ahead, "predict_points", lambda points, device: asked.append((points, device)) or 1.0)
+    shape = Shape(seq_len=64, d_model=32, heads=2, layers=1)
+    plan = [[Point("sdpa", "plain", "model", shape)], [Point("full", "plain", "model", shape)]]
+    assert ahead.predict_ahead(plan, {}, SimpleNamespace(device="cpu", executor="local")) == 0.0
+    assert ahead.predict_ahead(plan, {}, SimpleNamespace(device="cuda", executor="ray")) == 0.0
+    assert asked == []
+    done = {plan[0][0].key(): {}}  # a --resume: that point is recorded already
+    assert ahead.predict_ahead(plan, done, SimpleNamespace(device="cuda:1", executor="local")) == 1.0
+    assert asked == [([plan[1][0]], "cuda:1")]
 
 
 @pytest.mark.parametrize("unusable", ["file in the way", "--no-cache"])
