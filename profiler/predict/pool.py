@@ -158,7 +158,7 @@ def _run(step: Callable, chains: list, workers: int, rank: Callable, warm_key: C
             conn.close()
 
 
-_TOLD: set = set()  # fork hazards this process has already said
+_TOLD: set = set()  # the fork hazard this process has said (one at most: a later one names another thread count)
 
 
 def fork_allowed() -> bool:
@@ -170,7 +170,7 @@ def fork_allowed() -> bool:
     hazard = fork_hazard()
     if hazard is None:
         return True
-    if hazard not in _TOLD:
+    if not _TOLD:
         _TOLD.add(hazard)
         print(f"warning: predictions run in this process, one at a time, rather than in forked workers: "
               f"{hazard}", file=sys.stderr, flush=True)

@@ -69,7 +69,7 @@ def warm_up() -> None:
 
 def serve(ctl: socket.socket) -> None:
     """Run points one at a time until the sweep closes the socket."""
-    told: set = set()  # fork hazards already said to the sweep
+    told: set = set()  # the fork hazard said to the sweep (one at most)
     while True:
         try:
             message, fds, _, _ = socket.recv_fds(ctl, MAX_MESSAGE, 1)
@@ -96,7 +96,8 @@ def serve(ctl: socket.socket) -> None:
 
 def start_worker(ctl: socket.socket, result_fd: int, point, settings: dict, told: set) -> Optional[int]:
     """The worker's pid: forked from here while this process is single-threaded, else started
-    in a fresh interpreter (the sweep is told why, once per reason); None if none could start."""
+    in a fresh interpreter (the sweep is told why once: the first hazard; a later one names
+    another thread count, not another cause); None if none could start."""
     from attnprof.profiler.forks import fork_hazard
 
     sys.stdout.flush()
@@ -111,7 +112,7 @@ def start_worker(ctl: socket.socket, result_fd: int, point, settings: dict, told
 
             run_child(result_fd, point, settings, me)  # never returns
         return pid
-    if hazard not in told:
+    if not told:
         told.add(hazard)
         try:
             ctl.send(pickle.dumps(("note", f"the measuring helper did not fork: {hazard}; each point runs "

@@ -126,3 +126,16 @@ def test_within_sizes_its_pool_by_the_usable_cores_not_the_machines(monkeypatch)
     monkeypatch.setattr(forks, "fork_pool", lambda n: sizes.append(n) or real_pool(n))
     assert within(pow, [(2, 3), (3, 2), (2, 2)], 60.0) == [8, 9, 4]
     assert sizes == [1]
+
+
+def test_a_process_that_may_not_fork_says_so_once_however_its_thread_count_moves(monkeypatch, capsys):
+    """fork_allowed's warning is said once per process: the hazard's text names a thread
+    count that may differ from one call to the next, and is still one cause."""
+    from attnprof.profiler import forks
+    from attnprof.profiler.predict import pool
+
+    counts = iter([5, 6, 7])
+    monkeypatch.setattr(forks, "fork_hazard", lambda: f"this process runs {next(counts)} threads")
+    assert [pool.fork_allowed() for _ in range(3)] == [False, False, False]
+    said = [line for line in capsys.readouterr().err.splitlines() if "rather than in forked workers" in line]
+    assert len(said) <= 1, said  # none when an earlier test of this process said it already

@@ -61,3 +61,29 @@ def test_serve_ignores_what_is_no_run_request_and_ends_when_the_socket_closes(so
     finally:
         os.close(read)
         os.close(write)
+
+
+def test_a_helper_that_may_not_fork_says_so_once_however_its_thread_count_moves(sockets, monkeypatch):
+    """Issue 38 item 1: when the helper is not single-threaded each point starts in a fresh
+    process, and the run says why ONCE; the hazard's text names the thread count, which may
+    differ from one point to the next (threads come and go), and is still one cause."""
+    from attnprof.profiler import forks
+    from attnprof.profiler.runner import preload
+
+    ours, helpers = sockets
+    counts = iter([3, 4, 3])
+    monkeypatch.setattr(forks, "fork_hazard", lambda: f"this process runs {next(counts)} threads")
+    started = []
+    monkeypatch.setattr(preload, "spawn_worker", lambda fd, point, settings, helper: started.append(point) or 4242)
+    told: set = set()
+    for point in ("a", "b", "c"):
+        assert preload.start_worker(helpers, -1, point, {}, told) == 4242
+    assert started == ["a", "b", "c"]  # every point still runs, in a fresh process
+    ours.setblocking(False)
+    notes = []
+    while True:
+        try:
+            notes.append(pickle.loads(ours.recv(1 << 16)))
+        except BlockingIOError:
+            break
+    assert len(notes) == 1 and notes[0][0] == "note" and "3 threads" in notes[0][1], notes
