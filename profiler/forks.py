@@ -141,15 +141,16 @@ def probe_fork() -> None:
     os.waitpid(pid, 0)
 
 
-def fork_hazard() -> Optional[str]:
+def fork_hazard(settle_s: float = SETTLE_S) -> Optional[str]:
     """Why a child forked now might find CUDA unusable (None: fork away). Always None on a CPU
     build; on a CUDA build, unless this process is single-threaded once a probe fork has ended
-    the pools that end at fork and passing threads have had SETTLE_S to end."""
+    the pools that end at fork and passing threads have had ``settle_s`` to end (a caller that
+    already met a hazard that stays, e.g. the driver's thread, passes 0: no wait per point)."""
     import time
 
     if not cuda_compiled():
         return None
-    deadline = time.monotonic() + SETTLE_S
+    deadline = time.monotonic() + settle_s
     probed = False
     while True:
         n = thread_count()

@@ -98,12 +98,12 @@ def start_worker(ctl: socket.socket, result_fd: int, point, settings: dict, told
     """The worker's pid: forked from here while this process is single-threaded, else started
     in a fresh interpreter (the sweep is told why once: the first hazard; a later one names
     another thread count, not another cause); None if none could start."""
-    from attnprof.profiler.forks import fork_hazard
+    from attnprof.profiler.forks import SETTLE_S, fork_hazard
 
     sys.stdout.flush()
     sys.stderr.flush()
     me = os.getpid()
-    hazard = fork_hazard()
+    hazard = fork_hazard(0.0 if told else SETTLE_S)  # after a first hazard, no waiting per point
     if hazard is None:
         pid = os.fork()
         if pid == 0:

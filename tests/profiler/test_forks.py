@@ -98,16 +98,32 @@ def test_threads_that_end_at_fork_are_no_hazard(monkeypatch):
     assert forks.fork_hazard() is None
 
 
-def test_theprobe_fork_really_ends_openblas_threads():
-    import numpy as np
+def test_the_probe_fork_really_ends_openblas_threads():
+    """In a fresh interpreter (this one runs whatever threads earlier tests started): numpy's OpenBLAS
+    pool, started by a matmul, is gone after one probe fork, as on the H200 (16 threads, then 1)."""
+    import subprocess
+    import sys
 
-    a = np.ones((256, 256))
-    a @ a  # OpenBLAS's pool, if this numpy has one
-    forks.probe_fork()
-    assert forks.thread_count() == 1
+    script = ("import numpy as np\nfrom attnprof.profiler import forks\na = np.ones((256, 256)); a @ a\n"
+              "before = forks.thread_count()\nforks.probe_fork()\nprint(before, forks.thread_count())")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    before, after = map(int, done.stdout.split())
+    assert before >= 1 and after == 1, (before, after)
 
 
 def test_without_proc_a_cuda_build_does_not_fork(monkeypatch):
     monkeypatch.setattr(forks, "cuda_compiled", lambda: True)
     monkeypatch.setattr(forks, "thread_count", lambda: None)
     assert "cannot be counted" in forks.fork_hazard()
+
+
+def test_a_caller_that_met_a_hazard_need_not_wait_for_threads_to_end(monkeypatch):
+    import time as clock
+
+    waits = []
+    monkeypatch.setattr(forks, "cuda_compiled", lambda: True)
+    monkeypatch.setattr(forks, "thread_count", lambda: 2)
+    monkeypatch.setattr(forks, "probe_fork", lambda: None)
+    monkeypatch.setattr(clock, "sleep", lambda s: waits.append(s))
+    assert "runs 2 threads" in forks.fork_hazard(0.0) and waits == []

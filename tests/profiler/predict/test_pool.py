@@ -135,7 +135,7 @@ def test_a_process_that_may_not_fork_says_so_once_however_its_thread_count_moves
     from attnprof.profiler.predict import pool
 
     counts = iter([5, 6, 7])
-    monkeypatch.setattr(forks, "fork_hazard", lambda: f"this process runs {next(counts)} threads")
+    monkeypatch.setattr(forks, "fork_hazard", lambda settle_s=0.5: f"this process runs {next(counts)} threads")
     assert [pool.fork_allowed() for _ in range(3)] == [False, False, False]
     said = [line for line in capsys.readouterr().err.splitlines() if "rather than in forked workers" in line]
     assert len(said) <= 1, said  # none when an earlier test of this process said it already

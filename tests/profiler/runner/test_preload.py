@@ -72,7 +72,7 @@ def test_a_helper_that_may_not_fork_says_so_once_however_its_thread_count_moves(
 
     ours, helpers = sockets
     counts = iter([3, 4, 3])
-    monkeypatch.setattr(forks, "fork_hazard", lambda: f"this process runs {next(counts)} threads")
+    monkeypatch.setattr(forks, "fork_hazard", lambda settle_s=0.5: f"this process runs {next(counts)} threads")
     started = []
     monkeypatch.setattr(preload, "spawn_worker", lambda fd, point, settings, helper: started.append(point) or 4242)
     told: set = set()
