@@ -57,7 +57,7 @@ class LocalExecutor(Executor):
         self.points: dict[int, Point] = {}  # slot -> its point in flight
         self.early: list[Finished] = []  # points that could not even start
         self.host = socket.gethostname()
-        self.noted: set = set()  # helpers' notes already said
+        self.noted: set = set()  # what helpers' notes were about, once said
 
     def _plan_slots(self) -> list[tuple[dict, dict, dict]]:
         s = self.settings
@@ -108,17 +108,20 @@ class LocalExecutor(Executor):
         if self.slots > 1 and self.settings.device == "cpu":  # said once, of the slots that will run
             self.warn(f"warning: --parallel {self.slots} on a CPU: the points share its cores, caches and memory "
                       f"bandwidth, so their timings disturb each other (the tensor-tracker peaks stay exact)")
-        self.runners = [PointRunner(self.interrupts, env, self._note_once) for env, _, _ in self.lanes]
+        self.runners = [PointRunner(self.interrupts, env, self.note_once) for env, _, _ in self.lanes]
         if self.slots > 1:  # every helper imports torch at once, rather than one after the other
             for runner in self.runners:
                 runner.spawn()
             for runner in self.runners:
                 runner.await_ready()
 
-    def _note_once(self, line: str) -> None:
-        """A helper's note, said once for the run however many helpers send it."""
-        if line not in self.noted:
-            self.noted.add(line)
+    def note_once(self, line: str) -> None:
+        """A helper's note, said once for the run however many helpers send it: keyed by what it
+        is about (its text before the first ':'), since helpers name their own figures after it
+        (each its own thread count)."""
+        topic = line.split(":", 1)[0]
+        if topic not in self.noted:
+            self.noted.add(topic)
             self.warn(f"warning: {line}")
 
     def free(self) -> list[int]:

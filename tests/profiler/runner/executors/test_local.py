@@ -57,3 +57,17 @@ def test_a_crashed_point_records_its_host_and_worker_pid(tmp_path):
 def test_parallel_with_one_named_gpu_is_refused(tmp_path):
     with pytest.raises(SweepError, match="needs --device cuda"):
         run_sweep(TINY, tmp_path, settings(device="cuda:0", parallel=2), show_progress=False)
+
+
+def test_helpers_notes_are_said_once_per_topic_however_many_helpers_send_them():
+    """One helper per GPU: each that cannot fork says so with its own thread count; the run says it once."""
+    from attnprof.profiler.runner.executors.local import LocalExecutor
+    from attnprof.profiler.runner.interrupts import Interrupts
+
+    said = []
+    executor = LocalExecutor(settings(), Interrupts(), warn=said.append)
+    for threads in (3, 5, 3):
+        executor.note_once(f"the measuring helper did not fork: this process runs {threads} threads; ...")
+    executor.note_once("another topic: a figure")
+    assert said == ["warning: the measuring helper did not fork: this process runs 3 threads; ...",
+                    "warning: another topic: a figure"]
