@@ -133,11 +133,8 @@ def table_entry(key: str, device_name: str, dry_run: bool):
     return by_device_name(device_name) or (get_gpu("h200") if dry_run else None)
 
 
-RATIOS = ("allocated_ratio", "reserved_ratio", "total_ratio", "time_ratio")
-
-
 def models(runs: list[Path], csv_path: Path, json_path: Path, gpu_key: str, dry_run: bool) -> int:
-    from attnprof.profiler.predict.measured_gpu import compare
+    from attnprof.profiler.predict.measured_gpu import RATIOS, compare, ratio_lines
 
     pairs = [(r, f"gpu_check run {run.name}") for run in runs if (run / "results.jsonl").is_file()
              for r in records_of([run]) if r.get("status") == "ok"]
@@ -172,12 +169,7 @@ def models(runs: list[Path], csv_path: Path, json_path: Path, gpu_key: str, dry_
         print(f"HEADLINE: dry run: {len(rows)} CPU points modelled for {gpu.key} (model code ran); "
               f"no ratio, nothing was measured on a GPU")
         return 0
-    print(f"measured / MODEL on {gpu.key} (allocated, reserved, NVML process total, fwd+bwd time); "
-          f"the model's figures are modelled, the others measured")
-    print(f"{'point':<60} {'alloc':>7} {'resv':>7} {'nvml':>7} {'time':>7}  sdpa model/measured")
-    for row in rows:
-        cells = " ".join(f"{row[c]:7.3f}" if row[c] is not None else f"{'-':>7}" for c in RATIOS)
-        print(f"{row['point'][:60]:<60} {cells}  {row['sdpa_backend_model'] or '-'}/{row['sdpa_backend_measured'] or '-'}")
+    print("\n".join(ratio_lines(rows, gpu.key, width=60)))
     parts = []
     for c in RATIOS:
         values = [row[c] for row in rows if row[c] is not None]

@@ -37,19 +37,13 @@ def main() -> int:
 
 def _main(args) -> int:
     from attnprof.profiler.hardware.gpus import get_gpu
-    from attnprof.profiler.predict.measured_gpu import compare, load_measured
+    from attnprof.profiler.predict.measured_gpu import RATIOS, compare, load_measured, ratio_lines
 
     env, measured = load_measured(Path(args.points))
     gpu = get_gpu(args.gpu or env.get("gpu_table_key") or "h200")
     rows = compare(measured, gpu)
-    cols = ("allocated_ratio", "reserved_ratio", "total_ratio", "time_ratio")
-    print(f"measured / MODEL on {gpu.key} (allocated, reserved, NVML process total, fwd+bwd time): the model's "
-          f"figures are modelled, the others measured ({args.points})")
-    print(f"{'point':<44} {'alloc':>7} {'resv':>7} {'nvml':>7} {'time':>7}  sdpa model/measured")
-    for r in rows:
-        cells = " ".join(f"{r[c]:7.3f}" if r[c] is not None else f"{'-':>7}" for c in cols)
-        print(f"{r['point']:<44} {cells}  {r['sdpa_backend_model'] or '-'}/{r['sdpa_backend_measured'] or '-'}")
-    for c in cols:
+    print("\n".join(ratio_lines(rows, gpu.key, source=args.points)))
+    for c in RATIOS:
         v = [r[c] for r in rows if r[c] is not None]
         if v:
             print(f"{c}: n={len(v)} median {statistics.median(v):.3f} min {min(v):.3f} max {max(v):.3f} "

@@ -21,6 +21,7 @@ from attnprof.errors import UserError
 from attnprof.profiler.records import Point, Shape
 
 FORMAT = "attnprof-gpu-measurements"
+RATIOS = ("allocated_ratio", "reserved_ratio", "total_ratio", "time_ratio")  # compare()'s measured / model
 
 
 @dataclass(frozen=True)
@@ -176,3 +177,17 @@ def claim_problems(check, env: dict, measured: list[Measured], rows: list[dict])
         problems.append(f"median |time ratio - 1| {statistics.median(times):.3f} above the claimed "
                         f"{check.time_median_off}")
     return problems
+
+
+def ratio_lines(rows: list[dict], gpu_key: str, source: str = "", width: int = 44) -> list[str]:
+    """``compare``'s rows as text: a heading that says which figures are modelled, then one line
+    per point (measured / model for each of RATIOS, the SDPA backend modelled / measured)."""
+    where = f" ({source})" if source else ""
+    lines = [f"measured / MODEL on {gpu_key} (allocated, reserved, NVML process total, fwd+bwd time): the "
+             f"model's figures are modelled, the others measured{where}",
+             f"{'point':<{width}} {'alloc':>7} {'resv':>7} {'nvml':>7} {'time':>7}  sdpa model/measured"]
+    for r in rows:
+        cells = " ".join(f"{r[c]:7.3f}" if r[c] is not None else f"{'-':>7}" for c in RATIOS)
+        lines.append(f"{r['point'][:width]:<{width}} {cells}  "
+                     f"{r['sdpa_backend_model'] or '-'}/{r['sdpa_backend_measured'] or '-'}")
+    return lines

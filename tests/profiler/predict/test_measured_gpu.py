@@ -39,3 +39,14 @@ def test_a_negative_or_non_finite_figure_is_refused(tmp_path):
     f.write_text(json.dumps(doc))
     with pytest.raises(UserError, match="whole number of bytes"):
         load_measured(f)
+
+
+def test_the_ratio_table_says_what_is_modelled_and_prints_a_missing_ratio_as_a_dash():
+    from attnprof.profiler.predict.measured_gpu import ratio_lines
+
+    row = {"point": "sdpa model plain bfloat16 n=4096", "allocated_ratio": 1.25, "reserved_ratio": None,
+           "total_ratio": 1.0, "time_ratio": None, "sdpa_backend_model": "cudnn", "sdpa_backend_measured": ""}
+    heading, columns, line = ratio_lines([row], "h200", source="points.json", width=40)
+    assert heading.startswith("measured / MODEL on h200") and "modelled" in heading and "(points.json)" in heading
+    assert columns.split() == ["point", "alloc", "resv", "nvml", "time", "sdpa", "model/measured"]
+    assert line.split() == ["sdpa", "model", "plain", "bfloat16", "n=4096", "1.250", "-", "1.000", "-", "cudnn/-"]
