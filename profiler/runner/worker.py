@@ -10,6 +10,7 @@ or hang takes only its own process down. Order inside a point:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -106,12 +107,14 @@ def measure_point(point: Point, settings: dict) -> PointRecord:
     device, device_name = settings["device"], settings.get("device_name", "")
     record = _base_record(point, device, device_name)
     started = time.perf_counter()
-    phases = Phases(record, settings.get("sent_at"))
+    sent_at = settings.get("sent_at")  # the sweep's time.time() when it sent the point: the start phase
+    if isinstance(sent_at, (int, float)):
+        record.point_phases_s["start"] = round(max(0.0, time.time() - sent_at), 4)
     torch.set_num_threads(settings.get("threads") or torch.get_num_threads())
     try:
         record.reason = scope_note(point)  # how the point was measured, when it needs saying
         record.kv_repeat = kv_repeat(point)  # issue 24: how K/V reached the query heads
-        with phases("predict"):
+        with phase(record, "predict"):
             pred = predict(on_device(point, device))  # issue 24: the step as this device runs it
         record.predicted_peak_bytes = pred.peak_bytes
         record.predicted_breakdown_bytes = pred.breakdown_bytes
@@ -127,14 +130,14 @@ def measure_point(point: Point, settings: dict) -> PointRecord:
         if settings.get("test_hook"):  # tests only: simulate a crash, hang or OOM inside a point
             _test_hook(settings["test_hook"], point)
         if device != "cpu":
-            with phases("cuda_context"):
+            with phase(record, "cuda_context"):
                 torch.cuda.synchronize(device)  # the context (allocates nothing through the allocator)
-        with phases("memory_pass"):
+        with phase(record, "memory_pass"):
             if device == "cpu":
                 _cpu_memory_pass(point, record)
             else:
                 record_cuda_memory(point, record, device, settings.get("timeline_dir") or "")
-        with phases("timing_pass"):
+        with phase(record, "timing_pass"):
             _timing_pass(point, record, settings, record.point_phases_s["memory_pass"])
     except Exception as exc:  # noqa: BLE001 - any failure of one point is that point's result
         record.status = "oom" if is_oom(exc) else "error"
@@ -148,27 +151,14 @@ def measure_point(point: Point, settings: dict) -> PointRecord:
     return record
 
 
-class Phases:
-    """``with phases("name"):`` adds that phase's seconds to the record's ``point_phases_s``;
-    ``sent_at`` (the sweep's time.time() when it sent the point) gives the ``start`` phase."""
-
-    def __init__(self, record: PointRecord, sent_at=None):
-        self.record = record
-        if isinstance(sent_at, (int, float)):
-            record.point_phases_s["start"] = round(max(0.0, time.time() - sent_at), 4)
-
-    def __call__(self, name: str):
-        import contextlib
-
-        @contextlib.contextmanager
-        def phase():
-            began = time.perf_counter()
-            try:
-                yield
-            finally:
-                self.record.point_phases_s[name] = round(time.perf_counter() - began, 4)
-
-        return phase()
+@contextlib.contextmanager
+def phase(record: PointRecord, name: str):
+    """``with phase(record, "name"):`` puts that phase's seconds in the record's ``point_phases_s``."""
+    began = time.perf_counter()
+    try:
+        yield
+    finally:
+        record.point_phases_s[name] = round(time.perf_counter() - began, 4)
 
 
 def _cpu_memory_pass(point: Point, record: PointRecord) -> None:
