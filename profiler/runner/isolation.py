@@ -22,8 +22,8 @@ from typing import Callable, Optional
 
 from attnprof.errors import UserError
 from attnprof.profiler.runner.interrupts import Interrupts
+from attnprof.profiler.runner.preload import HELPER_MODULE  # the helper's module, as `python -m` runs it
 
-HELPER_MODULE = "attnprof.profiler.runner.preload"
 READY_TIMEOUT_S = 600.0  # importing torch on a loaded machine can take a minute
 LINGER_S = 10.0  # a worker that sent its result gets this long to exit before it is killed
 KILL_WAIT_S = 5.0  # the helper's answer to a kill; after that the helper itself goes
