@@ -270,7 +270,8 @@ def within(fn: Callable, arg_tuples: list, seconds: float) -> list:
     one per core), keeping the results that finish within ``seconds`` (in order, the
     unfinished and the failed left out); the workers still busy then are terminated.
     Where a forked worker could find CUDA unusable (``fork_allowed``: a multi-threaded process
-    on a CUDA build), the tasks run in this process, one after another, until the deadline. Predictions run no real kernels and touch no GPU, so forking is safe."""
+    on a CUDA build, where a fake-tensor run may have started the driver), the tasks run in this
+    process, one after another, until the deadline."""
     import time
 
     from attnprof.profiler.forks import fork_pool, usable_cores
