@@ -8,7 +8,9 @@ sweep exited 0 (../shared/gpu-runs/h200-2026-12-04/README.md; issue 38). So:
   errors are a line of fact then lines of advice) and the innermost attnprof frame,
   ``(at profiler/gpumeasure/allocator_pass.py:52)``;
 - the full traceback (chained exceptions included) travels back with the worker's row
-  under ``TRACEBACK_KEY``, a key that is no ``PointRecord`` field, and the sweep, the one
+  under ``TRACEBACK_KEY``, a key that is no ``PointRecord`` field (a crashed or hung
+  worker's standard error, with faulthandler's stacks, under ``STDERR_KEY``:
+  runner/worker_stderr.py), and the sweep, the one
   process that writes the run folder, puts it in ``RUN/logs/NAME.log`` (NAME: the point's
   timeline file name, profiler/timeline/files.py, safe for any label) through safeio, never
   through a planted link, and names it in the record's ``error_log``;
@@ -30,6 +32,7 @@ from attnprof.errors import UserError
 from attnprof.profiler import safeio
 from attnprof.profiler.records import Point, PointRecord
 from attnprof.profiler.runner.storage import LOGS_DIR
+from attnprof.profiler.runner.worker_stderr import STDERR_KEY
 from attnprof.profiler.timeline.files import file_name
 
 LOG_SUFFIX = ".log"
@@ -37,6 +40,8 @@ TRACEBACK_KEY = "traceback_text"  # in a worker's row only; never a field of res
 MESSAGE_CHARS = 240  # of the first line of an exception's message, in a reason
 MAX_LOG_CHARS = 256 * 1024  # a traceback longer than this is cut (its end kept: the innermost frames)
 FAILED = ("error", "oom")  # the statuses an exception in a worker gives
+LOGGED = FAILED + ("crashed", "timeout")  # the statuses whose point may leave a log
+LOG_KEYS = (TRACEBACK_KEY, STDERR_KEY)  # what a worker's result may carry for the log
 _ROOT = Path(__file__).resolve().parents[2]  # the attnprof package: the repository root
 
 
@@ -49,7 +54,7 @@ def first_line(exc: BaseException) -> str:
     return ""
 
 
-def _ours(filename: str) -> Optional[str]:
+def ours(filename: str) -> Optional[str]:
     """``filename`` relative to the attnprof package, or None for a file outside it (torch,
     the standard library, a plug-in) or inside one of its hidden folders (its .venv)."""
     try:
@@ -65,7 +70,7 @@ def innermost_frame(exc: BaseException) -> Optional[str]:
     """``file:line`` of the innermost frame of ``exc``'s traceback inside attnprof."""
     found = None
     for frame in traceback.extract_tb(exc.__traceback__):
-        where = _ours(frame.filename)
+        where = ours(frame.filename)
         if where is not None:
             found = f"{where}:{frame.lineno}"
     return found
@@ -104,12 +109,15 @@ def log_path(run_dir: Path, point: Point) -> Path:
 
 
 def write_log(run_dir: Path, point: Point, row: dict) -> dict:
-    """``row`` without its traceback, which goes to RUN/logs/NAME.log (``error_log`` names it,
-    relative to the run folder); a log that cannot be written is said in the reason, and
-    the record is kept either way."""
+    """``row`` without its traceback or its dead worker's standard error (LOG_KEYS), which go
+    to RUN/logs/NAME.log (``error_log`` names it, relative to the run folder); a log that
+    cannot be written is said in the reason, and the record is kept either way."""
     row = dict(row)
-    text = row.pop(TRACEBACK_KEY, None)
-    if not isinstance(text, str) or not text or row.get("status") not in FAILED:
+    parts = [row.pop(TRACEBACK_KEY, None), row.pop(STDERR_KEY, None)]
+    if parts[1]:
+        parts[1] = "the worker's standard error:\n" + parts[1]
+    text = "\n".join(p for p in parts if isinstance(p, str) and p)
+    if not text or row.get("status") not in LOGGED:
         return row
     path = log_path(run_dir, point)
     header = f"point: {point.key_text()}\nstatus: {row.get('status')}\nreason: {row.get('reason', '')}\n\n"

@@ -23,10 +23,11 @@ from typing import Callable, Optional
 from attnprof.errors import UserError
 from attnprof.profiler.runner.interrupts import Interrupts
 from attnprof.profiler.runner.preload import HELPER_MODULE  # the helper's module, as `python -m` runs it
+from attnprof.profiler.runner.worker_stderr import ABORT_GRACE_S, STDERR_KEY, with_where
 
 READY_TIMEOUT_S = 600.0  # importing torch on a loaded machine can take a minute
 LINGER_S = 10.0  # a worker that sent its result gets this long to exit before it is killed
-KILL_WAIT_S = 5.0  # the helper's answer to a kill; after that the helper itself goes
+KILL_WAIT_S = ABORT_GRACE_S + 5.0  # the helper's answer to a kill (SIGABRT, then SIGKILL); after that the helper goes
 MAX_WAIT_S = 3600.0  # one wait's longest timeout (select overflows near 2**31 ms)
 MAX_MESSAGE = 1 << 20
 
@@ -180,8 +181,7 @@ class PointRunner:
                 self.close()
                 return data or {"status": "crashed", "reason": "the measuring helper process died during the point"}
             if message[0] == "exited":
-                job.code = message[1]
-                job.pid = message[2] if len(message) > 2 else None
+                job.exited(message)
             elif message[0] == "note" and len(message) == 2 and isinstance(message[1], str):
                 self.note(message[1])
         if job.code is not None:
@@ -195,9 +195,15 @@ class PointRunner:
         return None
 
     def _end(self, result: dict) -> dict:
-        if self.job is not None:
-            self.job.result.close()
-            self.job = None
+        """``result``; one the worker did not send (it crashed or timed out) with what the
+        worker wrote to its standard error (worker_stderr.py): where it died, and the text
+        for the point's log."""
+        job, self.job = self.job, None
+        if job is None:
+            return result
+        job.result.close()
+        if "variant" not in result and job.stderr:
+            result = {**result, "reason": with_where(result.get("reason", ""), job.stderr), STDERR_KEY: job.stderr}
         return result
 
     def _kill_worker(self) -> None:
@@ -211,6 +217,7 @@ class PointRunner:
             if self.ctl in self._wait([self.ctl], deadline):
                 message = self._receive()
                 if message is not None and message[0] == "exited":
+                    self.job.exited(message)  # its standard error: where it hung
                     return
                 break
         self.close()  # no answer: the helper goes too, and starts afresh for the next point
@@ -233,7 +240,14 @@ class _Job:
 
     def __init__(self, result: Connection, deadline: float, timeout_s: float):
         self.result, self.deadline, self.timeout_s = result, deadline, timeout_s
-        self.reading, self.data, self.code, self.pid = True, None, None, None
+        self.reading, self.data, self.code, self.pid, self.stderr = True, None, None, None, ""
+
+    def exited(self, message: tuple) -> None:
+        """The helper's ("exited", code, pid, stderr) (older helpers send fewer)."""
+        self.code = message[1]
+        self.pid = message[2] if len(message) > 2 else None
+        said = message[3] if len(message) > 3 else ""
+        self.stderr = said if isinstance(said, str) else ""
 
 
 def wait_for(watched: list, deadline: float, interrupts: Interrupts) -> list:

@@ -18,8 +18,9 @@ worker without it. Here the chain is explicit and short-lived:
   with the helper; when the sweep's socket closes, the helper kills its worker and exits;
 - protocol on a SOCK_SEQPACKET socket, one pickled message per packet, from our own
   parent only: ``("init", sys_path)`` -> ``("ready", pid)``; ``("run", point,
-  settings)`` + the result pipe's fd -> [``("note", text)``] ``("exited", exit_code, worker_pid)``;
-  ``("kill",)`` kills the running worker.
+  settings)`` + the result pipe's fd -> [``("note", text)``] ``("exited", exit_code, worker_pid,
+  stderr)`` (what a worker that did not exit 0 wrote to its standard error: worker_stderr.py);
+  ``("kill",)`` kills the running worker (SIGABRT, then SIGKILL).
 """
 
 from __future__ import annotations
@@ -30,7 +31,10 @@ import select
 import signal
 import socket
 import sys
+import time
 from typing import Optional
+
+from attnprof.profiler.runner.worker_stderr import ABORT_GRACE_S, capture_file, read_tail
 
 MAX_MESSAGE = 1 << 20
 HELPER_MODULE = "attnprof.profiler.runner.preload"  # this module, as `python -m` runs it
@@ -83,21 +87,32 @@ def serve(ctl: socket.socket) -> None:
                 os.close(fd)
             continue
         _, point, settings = request
-        pid = start_worker(ctl, fds[0], point, settings, told)
-        os.close(fds[0])
-        code = watch(ctl, pid) if pid is not None else 1
+        err = capture_file()  # the worker's standard error, kept for its point (worker_stderr.py)
+        try:
+            pid = start_worker(ctl, fds[0], point, settings, told, err)
+            os.close(fds[0])
+            code = watch(ctl, pid) if pid is not None else 1
+            said = read_tail(err)
+        finally:
+            if err is not None:
+                err.close()
         if code is None:
             return
+        if code == 0 and said:  # a worker that ended well: its warnings reach the terminal, as before
+            sys.stderr.write(said)
+            sys.stderr.flush()
         try:
-            ctl.send(pickle.dumps(("exited", code, pid)))
+            ctl.send(pickle.dumps(("exited", code, pid, "" if code == 0 else said)))
         except OSError:
             return
 
 
-def start_worker(ctl: socket.socket, result_fd: int, point, settings: dict, told: set) -> Optional[int]:
+def start_worker(ctl: socket.socket, result_fd: int, point, settings: dict, told: set,
+                 err=None) -> Optional[int]:
     """The worker's pid: forked from here while this process is single-threaded, else started
     in a fresh interpreter (the sweep is told why once: the first hazard; a later one names
-    another thread count, not another cause); None if none could start."""
+    another thread count, not another cause); None if none could start. ``err``: a file
+    that becomes the worker's standard error (worker_stderr.capture_file), or None."""
     from attnprof.profiler.forks import SETTLE_S, fork_hazard
 
     sys.stdout.flush()
@@ -108,6 +123,8 @@ def start_worker(ctl: socket.socket, result_fd: int, point, settings: dict, told
         pid = os.fork()
         if pid == 0:
             ctl.close()
+            if err is not None:
+                os.dup2(err.fileno(), 2)
             from attnprof.profiler.runner.worker import run_child
 
             run_child(result_fd, point, settings, me)  # never returns
@@ -120,20 +137,20 @@ def start_worker(ctl: socket.socket, result_fd: int, point, settings: dict, told
         except OSError:
             pass
     try:
-        return spawn_worker(result_fd, point, settings, me)
+        return spawn_worker(result_fd, point, settings, me, err)
     except OSError as exc:
         print(f"attnprof: cannot start a worker process: {exc.strerror or exc}", file=sys.stderr)
         return None
 
 
-def spawn_worker(result_fd: int, point, settings: dict, helper_pid: int) -> int:
+def spawn_worker(result_fd: int, point, settings: dict, helper_pid: int, err=None) -> int:
     """A worker in a fresh interpreter (fork + exec: nothing of this process's state, threads or
     CUDA driver carries over), given the point on its standard input; its pid, a child of this
     process, reaped by ``watch`` as a forked one is. It imports torch itself (seconds)."""
     import subprocess
 
     proc = subprocess.Popen([sys.executable, "-m", HELPER_MODULE, "--worker", str(helper_pid), str(result_fd)],
-                            stdin=subprocess.PIPE, pass_fds=[result_fd])
+                            stdin=subprocess.PIPE, pass_fds=[result_fd], stderr=err)
     try:
         # the point unpickled only once the sweep's sys.path is in place (a plug-in variant's module)
         proc.stdin.write(pickle.dumps((list(sys.path), pickle.dumps((point, settings)))))
@@ -156,26 +173,36 @@ def worker_main(argv: list[str]) -> None:
 
 
 def watch(ctl: socket.socket, pid: int) -> Optional[int]:
-    """Wait for the worker to end, killing it when the sweep asks; its exit code
-    (negative: the signal), or None when the sweep is gone (the worker is killed)."""
+    """Wait for the worker to end, killing it when the sweep asks (SIGABRT, whose
+    faulthandler writes where it hung, then SIGKILL after ABORT_GRACE_S); its exit code
+    (negative: the signal), or None when the sweep is gone (the worker is killed at once)."""
     try:
         pidfd = os.pidfd_open(pid)  # readable once the worker exits (Linux >= 5.3)
     except (AttributeError, OSError):
         pidfd = None
+    kill_at = None  # when an aborted worker that has not exited gets SIGKILL
     try:
         while True:
-            watched = [ctl] + ([pidfd] if pidfd is not None else [])
-            readable, _, _ = select.select(watched, [], [], None if pidfd is not None else 0.05)
+            watched = ([ctl] if kill_at is None else []) + ([pidfd] if pidfd is not None else [])
+            wait_s = None if pidfd is not None else 0.05
+            if kill_at is not None:
+                wait_s = max(0.0, min(wait_s or ABORT_GRACE_S, kill_at - time.monotonic()))
+            readable, _, _ = select.select(watched, [], [], wait_s)
             if ctl in readable:
                 try:
                     message = ctl.recv(MAX_MESSAGE)
                 except OSError:
                     message = b""
-                if not message or pickle.loads(message)[0] == "kill":
-                    os.kill(pid, signal.SIGKILL)  # not reaped yet, so the pid is still this worker's
                 if not message:
+                    os.kill(pid, signal.SIGKILL)  # not reaped yet, so the pid is still this worker's
                     os.waitpid(pid, 0)
                     return None
+                if pickle.loads(message)[0] == "kill":
+                    os.kill(pid, signal.SIGABRT)
+                    kill_at = time.monotonic() + ABORT_GRACE_S
+            if kill_at is not None and time.monotonic() >= kill_at:
+                os.kill(pid, signal.SIGKILL)
+                kill_at = float("inf")
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
                 return os.waitstatus_to_exitcode(status)

@@ -35,7 +35,7 @@ from attnprof.profiler.measure.optimizer import on_device
 from attnprof.profiler.predict.fake_run import predict
 from attnprof.profiler.runner.ahead import predict_ahead
 from attnprof.profiler.runner.executors import EXECUTORS, Executor, make_executor
-from attnprof.profiler.runner.failures import TRACEBACK_KEY, failure_reason, write_log
+from attnprof.profiler.runner.failures import LOG_KEYS, failure_reason, write_log
 from attnprof.profiler.runner.interrupts import Interrupted, Interrupts
 from attnprof.profiler.runner.isolation import PointRunner
 from attnprof.profiler.runner.manifest import check_manifest_readable, check_resumable, write_manifest
@@ -291,7 +291,7 @@ def _run_plan(plan: list[list[Point]], done: dict, settings: SweepSettings, exec
             lane.running = False
             if "variant" not in result:  # timeout / crash / a Ray task's error: build the record here
                 where = {k: result.get(k) for k in ("host", "worker_pid", "device_name")}
-                tb = {k: v for k, v in result.items() if k == TRACEBACK_KEY}  # a Ray task's error: its traceback
+                tb = {k: v for k, v in result.items() if k in LOG_KEYS}  # a traceback, a dead worker's stderr
                 result = {**_skipped(point, settings, result["reason"], result["status"], **where).to_row(), **tb}
             write(point, result, lane)
 

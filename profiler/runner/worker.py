@@ -11,6 +11,7 @@ or hang takes only its own process down. Order inside a point:
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import os
 import signal
 import socket
@@ -259,6 +260,7 @@ def run_child(result_fd: int, point: Point, settings: dict, helper_pid: int) -> 
     """
     code = 0
     try:
+        faulthandler.enable(all_threads=True)  # a crash or the timeout's SIGABRT: every stack to stderr (worker_stderr.py)
         die_with_parent(helper_pid)
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, signal.SIG_DFL)

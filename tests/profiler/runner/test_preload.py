@@ -36,7 +36,18 @@ def test_watch_kills_the_worker_when_the_sweep_asks(sockets):
     ours, helpers = sockets
     worker = subprocess.Popen(SLEEPER)
     ours.send(pickle.dumps(("kill",)))
+    assert watch(helpers, worker.pid) == -signal.SIGABRT  # first SIGABRT: faulthandler's stacks (worker_stderr.py)
+
+
+def test_a_worker_that_survives_sigabrt_is_killed_after_the_grace(sockets):
+    ours, helpers = sockets
+    stubborn = [sys.executable, "-c", "import signal, sys, time; signal.signal(signal.SIGABRT, signal.SIG_IGN); "
+                "print('ready', flush=True); time.sleep(120)"]
+    worker = subprocess.Popen(stubborn, stdout=subprocess.PIPE, text=True)
+    assert worker.stdout.readline().strip() == "ready"  # its handler is in place
+    ours.send(pickle.dumps(("kill",)))
     assert watch(helpers, worker.pid) == -signal.SIGKILL
+    worker.stdout.close()
 
 
 def test_watch_kills_and_reaps_the_worker_when_the_sweep_is_gone(sockets):
@@ -74,7 +85,7 @@ def test_a_helper_that_may_not_fork_says_so_once_however_its_thread_count_moves(
     counts = iter([3, 4, 3])
     monkeypatch.setattr(forks, "fork_hazard", lambda settle_s=0.5: f"this process runs {next(counts)} threads")
     started = []
-    monkeypatch.setattr(preload, "spawn_worker", lambda fd, point, settings, helper: started.append(point) or 4242)
+    monkeypatch.setattr(preload, "spawn_worker", lambda fd, point, settings, helper, err=None: started.append(point) or 4242)
     told: set = set()
     for point in ("a", "b", "c"):
         assert preload.start_worker(helpers, -1, point, {}, told) == 4242

@@ -60,6 +60,12 @@ def test_a_dying_point_becomes_a_status_and_the_sweep_goes_on(tmp_path, action, 
     assert hit["predicted_peak_bytes"] > 0  # the record still carries the prediction
     assert records[("sdpa", "plain", 256)]["status"] == "ok"
     after = records[("full", "plain", 256)]
+    if action == "segfault":  # issue 38: what the dead worker wrote (faulthandler's stack) is kept, and says where
+        log = (tmp_path / hit["error_log"]).read_text()
+        assert "the worker's standard error" in log and "Segmentation fault" in log
+        assert "(at profiler/runner/worker.py:" in hit["reason"]
+    elif action == "sigkill":  # a SIGKILL leaves no word: no log, as before
+        assert not hit["error_log"]
     if status == "oom":  # longer lengths of that series are not run after an OOM
         assert after["status"] == "skipped" and "out of memory at n=128" in after["reason"]
         assert after["predicted_peak_bytes"] > 0
@@ -72,6 +78,10 @@ def test_a_hang_times_out_and_longer_lengths_are_skipped(tmp_path):
     run_sweep(TINY, tmp_path, settings(test_hook="full@64=hang", point_timeout_s=3.0), show_progress=False)
     records = by_key(tmp_path)
     assert records[("full", "plain", 64)]["status"] == "timeout"
+    # issue 38: SIGABRT before SIGKILL, so faulthandler says where it hung: in the reason and the log
+    hung = records[("full", "plain", 64)]
+    assert "(at profiler/runner/worker.py:" in hung["reason"], hung["reason"]
+    assert "Aborted" in (tmp_path / hung["error_log"]).read_text()
     assert records[("full", "plain", 128)]["status"] == "skipped"
     assert "timed out at n=64" in records[("full", "plain", 128)]["reason"]
     assert records[("sdpa", "plain", 64)]["status"] == "ok"
