@@ -25,7 +25,9 @@
 #                prediction cache), and the 189-point sweep extrapolated at that pace
 #   probe        the kernels the time model could not pin down, each timed alone (scripts/gpu_kernel_probe.py:
 #                softmax forward/backward over long rows, masked_fill, clone, QK^T bmm; the host's cost per op)
-#   timeline     one small point's predicted and real memory snapshots (issue 25)
+#   steps        whole steps of each measured kind under torch.profiler: every kernel's device time, the GPU's
+#                idle time within the step, the aten ops' host time (scripts/gpu_step_profile.py, issue 39)
+#   timeline     one point's predicted and real memory snapshots (issue 25; sdpa plain 4K at the check's shape)
 #   gpu-model    the GPU memory model vs measured, each point in a fresh process (needs no forked worker)
 #   gpu-tests    pytest -m gpu (a real one-point --device cuda sweep among them)
 # Every point stage's summary line says how its points ended and, when any failed, the commonest reason;
@@ -215,6 +217,15 @@ probe() {
         run "$1" "$PYTHON" scripts/gpu_kernel_probe.py --out "$WORK/kernel-probe.json"
     fi
 }
+# issue 39: where each measured kind's step time goes, kernel by kernel, and how long the GPU waits for the host
+steps() {
+    if [ "$DRY" = 1 ]; then
+        run "$1" "$PYTHON" scripts/gpu_step_profile.py --device cpu --points sdpa:plain:128,full:checkpoint:64 \
+            --d-model 32 --heads 2 --layers 1 --dtype float32 --warmup 0 --repeats 1 --out "$WORK/step-profile.json"
+    else
+        run "$1" "$PYTHON" scripts/gpu_step_profile.py --out "$WORK/step-profile.json"
+    fi
+}
 # seconds per point of a slice of the README's full sweep (`attnprof sweep --max-len 65536`: 189 points), from a
 # cold prediction cache as a first run has; the full sweep at that pace is extrapolated, and says so
 seconds_stage() {
@@ -245,8 +256,13 @@ time_model() {
 # --- issue 25: timeline --- one small point, its predicted and real memory snapshots side by side.
 # The predicted side is `predict --gpu h200 --timeline`, the real one `sweep --device cuda --timeline` (on the
 # dry run's CPU: the sweep's predicted files only), the comparison `compare-timelines` (docs/timelines.md).
-TL_POINT=(--variant sdpa --mode plain --d-model 256 --heads 4 --layers 1 --dtype bf16 --batch 1)
-TL_LEN=2048
+# GPU: sdpa plain at 4K at the check's shape, the measured point the GPU memory model missed by most (+81 MiB
+# allocated, issue 39): the first event that differs says where. Dry run: a small one.
+if [ "$DRY" = 1 ]; then
+    TL_POINT=(--variant sdpa --mode plain --d-model 256 --heads 4 --layers 1 --dtype bf16 --batch 1); TL_LEN=2048
+else
+    TL_POINT=(--variant sdpa --mode plain "${SHAPE[@]}" --dtype bf16 --batch 1); TL_LEN=4096
+fi
 timeline() {
     local dir="$WORK/timeline" notes=() left pred real
     mkdir -p "$dir/predicted" "$dir/real"
@@ -286,7 +302,8 @@ timeline() {
 
 # Most important figures first; each stage capped, all under one deadline (a cut stage still reports what it has).
 ORDER="environment:40:environment sweep:130:sweep train:90:train long:75:long compare:20:compare time:20:time_model
-       models:60:models seconds:60:seconds_stage probe:45:probe timeline:40:timeline gpu-model:70:gpu_model
+       models:60:models seconds:60:seconds_stage probe:45:probe steps:45:steps timeline:40:timeline
+       gpu-model:70:gpu_model
        gpu-tests:60:gpu_tests"
 WANTED=" ${STAGES:-$(for e in $ORDER; do printf '%s ' "${e%%:*}"; done)} "
 for entry in $ORDER; do
