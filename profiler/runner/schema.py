@@ -16,6 +16,7 @@ from functools import lru_cache
 from typing import Optional
 
 from attnprof.profiler.records import DTYPES, MODES, NO_MODE, SCOPES, STATUSES, PointRecord, Shape, ShapeError
+from attnprof.profiler.units import NULL_REASON
 
 MAX_LINE_BYTES = 1 << 20  # a record is a few KiB; anything this long is not one of ours
 _CHOICES = {"status": STATUSES, "scope": SCOPES, "mode": MODES + (NO_MODE,), "dtype": DTYPES}
@@ -59,17 +60,32 @@ def _type_problem(value, kind: type) -> Optional[str]:
         if not isinstance(value, dict):
             ok = False
         else:
-            bad = [k for k, v in value.items() if not _is_number(v)]
+            bad = [k for k, v in value.items() if not (_is_number(v) or v is None or _null_reason(k, v))]
             return f"holds {bad[0]!r}: {_kind(value[bad[0]])} where a number belongs" if bad else None
     elif kind is list:
         if not isinstance(value, list):
             ok = False
         else:
-            bad = [v for v in value if not _is_number(v)]
+            bad = [v for v in value if not (_is_number(v) or v is None)]
             return f"holds {_kind(bad[0])} where a number belongs" if bad else None
     else:
         ok = isinstance(value, kind)
     return None if ok else f"expected {_name(kind)}, got {_kind(value)}"
+
+
+def _null_reason(key, value) -> bool:
+    """Whether this key of an object of numbers is the reason units.finite_json wrote beside a null."""
+    return isinstance(key, str) and key.endswith(NULL_REASON) and isinstance(value, str)
+
+
+def _numbers_back(item):
+    """A list or object of numbers as it was before writing: units.finite_json writes a figure
+    that is not finite (a NaN sample) as null inside them, so null reads back as NaN (a record
+    written by the sweep is never refused on --resume for what the writer did itself)."""
+    nan = float("nan")
+    if isinstance(item, dict):  # without the KEY_null_reason finite_json put beside each
+        return {k: nan if v is None else v for k, v in item.items() if not _null_reason(k, v)}
+    return [nan if v is None else v for v in item]
 
 
 def _name(kind: type) -> str:
@@ -111,7 +127,7 @@ def check_record(value) -> tuple[Optional[dict], Optional[str]]:
             return None, f"{name} {item!r} is not a finite number >= 0"
         if name in _CHOICES and item not in _CHOICES[name]:
             return None, f"{name} {item[:40]!r} is not one of {', '.join(_CHOICES[name])}"
-        record[name] = item
+        record[name] = _numbers_back(item) if kind in (list, dict) else item
     try:
         shape = Shape(**{k: record[k] for k in _SHAPE_FIELDS})
     except ShapeError as exc:

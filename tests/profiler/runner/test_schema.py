@@ -39,3 +39,21 @@ def test_a_record_without_a_status_is_refused_not_read_as_ok():
     assert check_record(good)[0]["status"] == "ok"
     record, problem = check_record({k: v for k, v in good.items() if k != "status"})
     assert record is None and problem == "missing field status"
+
+
+def test_a_nan_sample_written_as_null_reads_back_as_nan_not_as_a_refused_line():
+    """units.strict_json writes a NaN inside a list or object of numbers as null; the record the
+    sweep itself wrote must come back on --resume (the NaN as it was), not be quarantined."""
+    import json
+    import math
+
+    from attnprof.profiler.units import strict_json
+
+    row = {**good(), "time_fwd_samples_ms": [1.0, float("nan")], "point_phases_s": {"start": float("nan")}}
+    record, problem = parse_line(strict_json(row).encode())
+    assert problem is None
+    assert record["time_fwd_samples_ms"][0] == 1.0 and math.isnan(record["time_fwd_samples_ms"][1])
+    assert math.isnan(record["point_phases_s"]["start"])
+    for bad in (["x"], [True], [[1.0]]):  # anything else is still no number
+        assert "where a number belongs" in check_record({**json.loads(strict_json(good())),
+                                                         "time_fwd_samples_ms": bad})[1]
