@@ -32,11 +32,11 @@ from attnprof.errors import UserError
 from attnprof.profiler import safeio
 from attnprof.profiler.records import Point, PointRecord
 from attnprof.profiler.runner.storage import LOGS_DIR
-from attnprof.profiler.runner.worker_stderr import STDERR_KEY
 from attnprof.profiler.timeline.files import file_name
 
 LOG_SUFFIX = ".log"
 TRACEBACK_KEY = "traceback_text"  # in a worker's row only; never a field of results.jsonl
+STDERR_KEY = "stderr_text"  # a dead or hung worker's standard error (runner/worker_stderr.py); never a field
 MESSAGE_CHARS = 240  # of the first line of an exception's message, in a reason
 MAX_LOG_CHARS = 256 * 1024  # a traceback longer than this is cut (its end kept: the innermost frames)
 FAILED = ("error", "oom")  # the statuses an exception in a worker gives

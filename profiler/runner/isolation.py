@@ -23,7 +23,8 @@ from typing import Callable, Optional
 from attnprof.errors import UserError
 from attnprof.profiler.runner.interrupts import Interrupts
 from attnprof.profiler.runner.preload import HELPER_MODULE  # the helper's module, as `python -m` runs it
-from attnprof.profiler.runner.worker_stderr import ABORT_GRACE_S, STDERR_KEY, with_where
+from attnprof.profiler.runner.failures import STDERR_KEY
+from attnprof.profiler.runner.worker_stderr import ABORT_GRACE_S, with_where
 
 READY_TIMEOUT_S = 600.0  # importing torch on a loaded machine can take a minute
 LINGER_S = 10.0  # a worker that sent its result gets this long to exit before it is killed

@@ -15,7 +15,7 @@ folder. So:
 - when the worker has exited the helper reads the file's last ``TAIL_BYTES``
   (``read_tail``) and sends it with the exit code; a worker that exited 0 has it echoed to
   the sweep's standard error as before (a library's warning); any other exit keeps it out
-  of the terminal: it goes, under ``STDERR_KEY``, into the point's log RUN/logs/NAME.log
+  of the terminal: it goes, under ``failures.STDERR_KEY``, into the point's log RUN/logs/NAME.log
   (failures.write_log), and the record's reason names the innermost attnprof frame of the
   dump (``where``), as an exception's reason does.
 """
@@ -26,7 +26,6 @@ import re
 import tempfile
 from typing import Optional
 
-STDERR_KEY = "stderr_text"  # in a worker's result only; never a field of results.jsonl
 TAIL_BYTES = 64 * 1024  # of a worker's standard error, kept (its end: the last words before it died)
 ABORT_GRACE_S = 2.0  # a hung worker's time, after SIGABRT, to write its stacks before SIGKILL
 # faulthandler's frame lines: '  File "/path/x.py", line 12 in name' (most recent call first)

@@ -1,8 +1,8 @@
 """runner/worker_stderr.py: a dead or hung worker's standard error, its tail and where it died."""
 
 from attnprof.profiler.runner import worker_stderr
-from attnprof.profiler.runner.failures import write_log
-from attnprof.profiler.runner.worker_stderr import STDERR_KEY, capture_file, read_tail, where, with_where
+from attnprof.profiler.runner.failures import STDERR_KEY, write_log
+from attnprof.profiler.runner.worker_stderr import capture_file, read_tail, where, with_where
 from attnprof.profiler.records import Point, Shape
 
 ROOT = worker_stderr.__file__.rsplit("/profiler/", 1)[0]
