@@ -24,11 +24,11 @@ from attnprof.errors import UserError
 from attnprof.profiler.runner.interrupts import Interrupts
 from attnprof.profiler.runner.preload import HELPER_MODULE  # the helper's module, as `python -m` runs it
 from attnprof.profiler.runner.failures import STDERR_KEY
-from attnprof.profiler.runner.worker_stderr import ABORT_GRACE_S, with_where
+from attnprof.profiler.runner.worker_stderr import DUMP_GRACE_S, with_where
 
 READY_TIMEOUT_S = 600.0  # importing torch on a loaded machine can take a minute
 LINGER_S = 10.0  # a worker that sent its result gets this long to exit before it is killed
-KILL_WAIT_S = ABORT_GRACE_S + 5.0  # the helper's answer to a kill (SIGABRT, then SIGKILL); after that the helper goes
+KILL_WAIT_S = DUMP_GRACE_S + 5.0  # the helper's answer to a kill (stacks, then SIGKILL); after that the helper goes
 MAX_WAIT_S = 3600.0  # one wait's longest timeout (select overflows near 2**31 ms)
 MAX_MESSAGE = 1 << 20
 

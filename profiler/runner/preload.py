@@ -20,7 +20,7 @@ worker without it. Here the chain is explicit and short-lived:
   parent only: ``("init", sys_path)`` -> ``("ready", pid)``; ``("run", point,
   settings)`` + the result pipe's fd -> [``("note", text)``] ``("exited", exit_code, worker_pid,
   stderr)`` (what a worker that did not exit 0 wrote to its standard error: worker_stderr.py);
-  ``("kill",)`` kills the running worker (SIGABRT, then SIGKILL).
+  ``("kill",)`` kills the running worker (SIGUSR1 for its stacks, then SIGKILL).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import sys
 import time
 from typing import Optional
 
-from attnprof.profiler.runner.worker_stderr import ABORT_GRACE_S, capture_file, read_tail
+from attnprof.profiler.runner.worker_stderr import DUMP_GRACE_S, DUMP_SIGNAL, capture_file, read_tail
 
 MAX_MESSAGE = 1 << 20
 HELPER_MODULE = "attnprof.profiler.runner.preload"  # this module, as `python -m` runs it
@@ -173,20 +173,20 @@ def worker_main(argv: list[str]) -> None:
 
 
 def watch(ctl: socket.socket, pid: int) -> Optional[int]:
-    """Wait for the worker to end, killing it when the sweep asks (SIGABRT, whose
-    faulthandler writes where it hung, then SIGKILL after ABORT_GRACE_S); its exit code
+    """Wait for the worker to end, killing it when the sweep asks (DUMP_SIGNAL, on which its
+    faulthandler writes where it hung, then SIGKILL DUMP_GRACE_S later); its exit code
     (negative: the signal), or None when the sweep is gone (the worker is killed at once)."""
     try:
         pidfd = os.pidfd_open(pid)  # readable once the worker exits (Linux >= 5.3)
     except (AttributeError, OSError):
         pidfd = None
-    kill_at = None  # when an aborted worker that has not exited gets SIGKILL
+    kill_at = None  # when a worker asked for its stacks gets SIGKILL
     try:
         while True:
             watched = ([ctl] if kill_at is None else []) + ([pidfd] if pidfd is not None else [])
             wait_s = None if pidfd is not None else 0.05
             if kill_at is not None:
-                wait_s = max(0.0, min(wait_s or ABORT_GRACE_S, kill_at - time.monotonic()))
+                wait_s = max(0.0, min(wait_s or DUMP_GRACE_S, kill_at - time.monotonic()))
             readable, _, _ = select.select(watched, [], [], wait_s)
             if ctl in readable:
                 try:
@@ -198,8 +198,8 @@ def watch(ctl: socket.socket, pid: int) -> Optional[int]:
                     os.waitpid(pid, 0)
                     return None
                 if pickle.loads(message)[0] == "kill":
-                    os.kill(pid, signal.SIGABRT)
-                    kill_at = time.monotonic() + ABORT_GRACE_S
+                    os.kill(pid, DUMP_SIGNAL)  # its stacks to its stderr (a worker still importing dies of it)
+                    kill_at = time.monotonic() + DUMP_GRACE_S
             if kill_at is not None and time.monotonic() >= kill_at:
                 os.kill(pid, signal.SIGKILL)
                 kill_at = float("inf")

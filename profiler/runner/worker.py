@@ -32,6 +32,7 @@ from attnprof.profiler.measure.optimizer import on_device
 from attnprof.profiler.predict.fake_run import predict
 from attnprof.profiler.runner.estimate import add_time_fields
 from attnprof.profiler.runner.failures import failure_reason, keep_traceback, row_of
+from attnprof.profiler.runner.worker_stderr import DUMP_SIGNAL
 from attnprof.profiler.records import Point, PointRecord
 from attnprof.profiler.units import fmt_bytes
 from attnprof.profiler.measure.workload import Workload, kv_repeat, scope_note
@@ -260,7 +261,8 @@ def run_child(result_fd: int, point: Point, settings: dict, helper_pid: int) -> 
     """
     code = 0
     try:
-        faulthandler.enable(all_threads=True)  # a crash or the timeout's SIGABRT: every stack to stderr (worker_stderr.py)
+        faulthandler.enable(all_threads=True)  # a crash: every thread's stack to stderr (worker_stderr.py)
+        faulthandler.register(DUMP_SIGNAL, all_threads=True)  # a timeout: the same, then the helper's SIGKILL
         die_with_parent(helper_pid)
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, signal.SIG_DFL)

@@ -9,9 +9,10 @@ folder. So:
 - the helper gives each worker a standard error of its own, an unlinked temporary file
   (``capture_file``; the system's temporary folder, never the run folder: nothing there
   can be a planted link), and the worker turns on ``faulthandler``, which writes every
-  thread's Python stack there on SIGSEGV, SIGBUS, SIGFPE, SIGILL and SIGABRT;
-- a point past its ``--point-timeout`` is sent SIGABRT first (its stacks are written: where
-  it hung), then SIGKILL after ``ABORT_GRACE_S`` (preload.watch);
+  thread's Python stack there on SIGSEGV, SIGBUS, SIGFPE, SIGILL and SIGABRT, and on
+  ``DUMP_SIGNAL`` (SIGUSR1) without dying;
+- a point past its ``--point-timeout`` is sent ``DUMP_SIGNAL`` first (its stacks are written:
+  where it hung), then SIGKILL ``DUMP_GRACE_S`` later (preload.watch);
 - when the worker has exited the helper reads the file's last ``TAIL_BYTES``
   (``read_tail``) and sends it with the exit code; a worker that exited 0 has it echoed to
   the sweep's standard error as before (a library's warning); any other exit keeps it out
@@ -23,11 +24,16 @@ folder. So:
 from __future__ import annotations
 
 import re
+import signal
 import tempfile
 from typing import Optional
 
 TAIL_BYTES = 64 * 1024  # of a worker's standard error, kept (its end: the last words before it died)
-ABORT_GRACE_S = 2.0  # a hung worker's time, after SIGABRT, to write its stacks before SIGKILL
+# A hung worker is asked for its stacks with SIGUSR1 (faulthandler.register in the worker: it writes
+# them and goes on; not SIGABRT, whose default action after faulthandler's dump is a core dump of a
+# process that may map tens of GiB of GPU memory), then SIGKILLed this long after.
+DUMP_SIGNAL = signal.SIGUSR1
+DUMP_GRACE_S = 1.0
 # faulthandler's frame lines: '  File "/path/x.py", line 12 in name' (most recent call first)
 _FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+)')
 _THREAD = re.compile(r"^(Current thread|Thread) 0x[0-9a-fA-F]+")  # a stack's first line
@@ -62,8 +68,8 @@ def read_tail(handle) -> str:
 
 def where(text: str) -> Optional[str]:
     """``file:line`` of the innermost attnprof frame in a faulthandler dump: of the thread
-    it marks current (the one that crashed; for SIGABRT the main thread, where a hung point
-    waits), else of the first thread dumped. None when that stack names no attnprof frame."""
+    it marks current (the one that crashed; for DUMP_SIGNAL the main thread, where a hung
+    point waits), else of the first thread dumped. None when that stack names no attnprof frame."""
     from attnprof.profiler.runner.failures import ours
 
     stacks: list = []  # (current?, [frame lines])

@@ -36,18 +36,22 @@ def test_watch_kills_the_worker_when_the_sweep_asks(sockets):
     ours, helpers = sockets
     worker = subprocess.Popen(SLEEPER)
     ours.send(pickle.dumps(("kill",)))
-    assert watch(helpers, worker.pid) == -signal.SIGABRT  # first SIGABRT: faulthandler's stacks (worker_stderr.py)
+    assert watch(helpers, worker.pid) == -signal.SIGUSR1  # no handler: the stack signal's default ends it
 
 
-def test_a_worker_that_survives_sigabrt_is_killed_after_the_grace(sockets):
+def test_a_worker_that_dumps_its_stacks_is_killed_after_the_grace(sockets):
+    """A worker has faulthandler on the stack signal (worker_stderr.DUMP_SIGNAL): it writes its
+    stacks and goes on, so the helper's SIGKILL ends it."""
     ours, helpers = sockets
-    stubborn = [sys.executable, "-c", "import signal, sys, time; signal.signal(signal.SIGABRT, signal.SIG_IGN); "
-                "print('ready', flush=True); time.sleep(120)"]
-    worker = subprocess.Popen(stubborn, stdout=subprocess.PIPE, text=True)
+    stubborn = [sys.executable, "-c", "import faulthandler, signal, time; "
+                "faulthandler.register(signal.SIGUSR1, all_threads=True); print('ready', flush=True); time.sleep(120)"]
+    worker = subprocess.Popen(stubborn, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert worker.stdout.readline().strip() == "ready"  # its handler is in place
     ours.send(pickle.dumps(("kill",)))
     assert watch(helpers, worker.pid) == -signal.SIGKILL
+    assert "most recent call first" in worker.stderr.read()  # its stacks came first
     worker.stdout.close()
+    worker.stderr.close()
 
 
 def test_watch_kills_and_reaps_the_worker_when_the_sweep_is_gone(sockets):
