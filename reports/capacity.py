@@ -32,6 +32,7 @@ from typing import Callable, Optional
 import pandas as pd
 
 from attnprof.errors import UserError
+from attnprof.profiler.memmodel.blas_workspaces import ENV as BLAS_ENV
 from attnprof.profiler.records import IDENTITY_DEFAULTS, Point, Shape
 from attnprof.profiler.units import GIB, fmt_bytes, fmt_len
 from attnprof.profiler.predict.curve import MAX_EXP, MIN_EXP, Curve, Fit, gpu_value, search_curves  # noqa: F401
@@ -179,7 +180,7 @@ def gpu_fingerprint(spec) -> str:
     return f"{spec.key}:{digest}"
 
 
-_MODEL_ENV = ("ATTNPROF_SDPA_BACKEND", "TORCH_CUDNN_SDPA_DEPRIORITIZED", "CUBLAS_WORKSPACE_CONFIG")
+_MODEL_ENV = ("ATTNPROF_SDPA_BACKEND", "TORCH_CUDNN_SDPA_DEPRIORITIZED", *BLAS_ENV)  # what the GPU model reads
 
 
 def _gpu_curve(rows: pd.DataFrame, spec, cached: dict) -> Curve:

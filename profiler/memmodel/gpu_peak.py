@@ -22,8 +22,8 @@ from typing import Callable, Optional
 
 from attnprof.profiler.memmodel.caching_allocator import CachingAllocator, OutOfMemory
 from attnprof.profiler.memmodel.sdpa_choice import choose_sdpa_backend
-from attnprof.profiler.memmodel.sdpa_kernels import (ALIAS, ALLOC, CPU_FLASH_FWD, FREE, OP, TIE, cublas_workspace_bytes,
-                                                     substitute)
+from attnprof.profiler.memmodel.blas_workspaces import cublas_workspace_bytes
+from attnprof.profiler.memmodel.sdpa_kernels import ALIAS, ALLOC, CPU_FLASH_FWD, FREE, OP, TIE, substitute
 from attnprof.profiler.hardware.gpus import GpuSpec
 from attnprof.profiler.records import Point
 

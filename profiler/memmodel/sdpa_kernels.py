@@ -8,9 +8,10 @@
    used instead: on the CPU build of torch, fake CUDA tensors abort the process in
    backward (../shared/NOTES.md). The math backend needs no substitution: the trace is
    then recorded with SDPA forced onto its math path, the same decomposed ops a GPU runs.
-2. **cuBLAS workspaces.** Allocated through the caching allocator at a thread's first
-   cuBLAS call, one per (thread, stream), never freed during a run: one for the forward
-   thread, one for autograd's device thread in backward.
+2. **cuBLAS and cuBLASLt workspaces** (``blas_workspaces``). Allocated through the caching
+   allocator at a thread's first cuBLAS call (and its first cuBLASLt one: an addmm with a 1-D
+   bias), one per (thread, stream), never freed during a run: the forward thread's, and
+   autograd's device thread's in backward.
 
 The CUDA code each rule mirrors is named where it is applied (pytorch/pytorch main,
 ``aten/src/ATen/native/transformers/cuda/...``, read for torch 2.13). docs/gpu.md lists
@@ -20,14 +21,14 @@ all of it with what is not modelled.
 from __future__ import annotations
 
 import math
-import os
-import re
 from dataclasses import dataclass, field
 from typing import Optional
 
 from attnprof.profiler.aten_ops import CUBLAS_OPS, op_base
 from attnprof.profiler.hardware.gpus import GpuSpec
 from attnprof.profiler.memmodel import cuda_ops
+from attnprof.profiler.memmodel.blas_workspaces import cublas_workspace_bytes, cublaslt_workspace_bytes, takes_cublaslt
+from attnprof.profiler.memmodel.layout import contiguous, dense
 from attnprof.profiler.memmodel.sdpa_choice import HALF
 from attnprof.profiler.records import DTYPE_BYTES
 
@@ -39,25 +40,6 @@ CPU_FLASH_FWD = "_scaled_dot_product_flash_attention_for_cpu"
 CPU_FLASH_BWD = "_scaled_dot_product_flash_attention_for_cpu_backward"
 GPU_OP = {"flash": "_scaled_dot_product_flash_attention", "efficient": "_scaled_dot_product_efficient_attention",
           "cudnn": "_scaled_dot_product_cudnn_attention"}
-
-# aten/src/ATen/cuda/CublasHandlePool.cpp, parseChosenWorkspaceSize(): ":4096:2:16:8" by
-# default (2 x 4096 KiB + 8 x 16 KiB = 8,519,680 B), 32 MiB (4096 KiB x 8) for compute
-# capability major 9, 10 or 12 (Hopper, Blackwell); CUBLAS_WORKSPACE_CONFIG=":SIZE_KIB:COUNT..."
-# overrides. cuBLASLt shares it (unified_cublas_and_lt_workspaces(), the default).
-CUBLAS_ENV = "CUBLAS_WORKSPACE_CONFIG"
-CUBLAS_DEFAULT_BYTES = 4096 * 1024 * 2 + 16 * 1024 * 8
-CUBLAS_BIG_BYTES = 4096 * 8 * 1024
-CUBLAS_BIG_MAJORS = (9, 10, 12)
-
-
-def cublas_workspace_bytes(gpu: GpuSpec, config: Optional[str] = None) -> int:
-    """One cuBLAS workspace (``getChosenWorkspaceSize``), honouring CUBLAS_WORKSPACE_CONFIG."""
-    text = os.environ.get(CUBLAS_ENV) if config is None else config
-    if text:
-        pairs = re.findall(r":([0-9]+):([0-9]+)", text)
-        if pairs:
-            return sum(int(size) * 1024 * int(count) for size, count in pairs)
-    return CUBLAS_BIG_BYTES if gpu.compute_capability[0] in CUBLAS_BIG_MAJORS else CUBLAS_DEFAULT_BYTES
 
 
 def _up(x: int, m: int) -> int:
@@ -98,26 +80,6 @@ class GpuEvents:
     backend: str
     substituted: int = 0  # SDPA ops replaced
     notes: list = field(default_factory=list)
-
-
-def _contiguous(shape, stride) -> bool:
-    expected = 1
-    for size, st in zip(reversed(shape), reversed(stride)):
-        if size != 1 and st != expected:
-            return False
-        expected *= size
-    return True
-
-
-def _dense(shape, stride) -> bool:
-    """Non-overlapping and dense (``empty_like`` keeps such strides)."""
-    dims = sorted((st, size) for size, st in zip(shape, stride) if size != 1)
-    expected = 1
-    for st, size in dims:
-        if st != expected:
-            return False
-        expected *= size
-    return True
 
 
 def _transposed(info):
@@ -192,7 +154,7 @@ def cudnn_grad_out_copied(go, q, cudnn_version: Optional[int] = None) -> bool:
         cudnn_version = torch_facts()["cudnn"]
     if cudnn_version >= 90501:
         return go.stride[-1] != 1
-    return not (_dense(q.shape, q.stride) and tuple(go.stride) == tuple(q.stride))
+    return not (dense(q.shape, q.stride) and tuple(go.stride) == tuple(q.stride))
 
 
 def _backward(backend: str, info: dict, outs: list, gpu: GpuSpec, name: _Names, stealable: dict) -> list:
@@ -207,7 +169,7 @@ def _backward(backend: str, info: dict, outs: list, gpu: GpuSpec, name: _Names, 
     # _flash_attention_backward: contiguous_grad_out = grad_out.contiguous() (of the
     # [B, n, H, d] transpose); _efficient_attention_backward: "handle potentially
     # non-contiguous grad_out through a copy". cuDNN: cudnn_grad_out_copied.
-    if cudnn_grad_out_copied(go, q) if backend == "cudnn" else not _contiguous(*_transposed(go)):
+    if cudnn_grad_out_copied(go, q) if backend == "cudnn" else not contiguous(*_transposed(go)):
         tmp.append(name(f"{backend}.grad_out_contiguous"))
         ev.append((ALLOC, tmp[-1], B * nq * H * dv * el, op))
     if backend == "flash":
@@ -260,7 +222,7 @@ def _backward(backend: str, info: dict, outs: list, gpu: GpuSpec, name: _Names, 
     # (like memory-efficient attention's) come out [B, n, H, d]-major and get copied.
     if backend in ("flash", "cudnn"):
         for serial, t in zip(outs, (q, k, v)):
-            if _dense(t.shape, t.stride):
+            if dense(t.shape, t.stride):
                 stealable[serial] = True
     return ev
 
@@ -277,7 +239,7 @@ def _outputs(events: list, i: int, want: int) -> list:
 
 def substitute(events: list, gpu: GpuSpec, backend: str, *, cublas: bool = True,
                cublas_bytes: Optional[int] = None, ops: bool = True) -> GpuEvents:
-    """The trace with the GPU's SDPA allocations and cuBLAS workspaces in place of the CPU's,
+    """The trace with the GPU's SDPA allocations and cuBLAS/cuBLASLt workspaces in place of the CPU's,
     and (``ops``) the CUDA kernels' allocations of the ops ``cuda_ops`` rewrites.
 
     ``backend`` "math" leaves SDPA alone (record the trace with ``sdpa_math=True``).
@@ -286,14 +248,15 @@ def substitute(events: list, gpu: GpuSpec, backend: str, *, cublas: bool = True,
     name = _Names()
     stealable: dict = {}
     ws_bytes = cublas_workspace_bytes(gpu) if cublas_bytes is None else cublas_bytes
-    phase, have_ws, pending_ws = "forward", set(), None
+    lt_bytes = cublaslt_workspace_bytes(gpu) if cublas else 0
+    phase, have_ws, have_lt, pending = "forward", set(), set(), []
     i, n = 0, len(events)
     while i < n:
         e = events[i]
         kind = e[0]
-        if pending_ws is not None and kind != ALLOC:  # after the matmul's outputs
-            out.events.append((ALLOC, f"cublas.workspace.{pending_ws}", ws_bytes, "cuBLAS workspace"))
-            pending_ws = None
+        if pending and kind != ALLOC:  # after the matmul's outputs
+            out.events += pending
+            pending = []
         if kind == MARK:
             if e[1] == "backward":
                 phase = "backward"
@@ -307,7 +270,10 @@ def substitute(events: list, gpu: GpuSpec, backend: str, *, cublas: bool = True,
         base = op_base(e[1])
         if cublas and base in CUBLAS_OPS and phase not in have_ws:
             have_ws.add(phase)
-            pending_ws = phase
+            pending.append((ALLOC, f"cublas.workspace.{phase}", ws_bytes, "cuBLAS workspace"))
+        if lt_bytes and phase not in have_lt and takes_cublaslt(base, e[2]):
+            have_lt.add(phase)
+            pending.append((ALLOC, f"cublaslt.workspace.{phase}", lt_bytes, "cuBLASLt workspace"))
         if backend != "math" and base == CPU_FLASH_FWD and e[2]:
             outs = _outputs(events, i, 2)
             if len(outs) == 2:
@@ -336,8 +302,7 @@ def substitute(events: list, gpu: GpuSpec, backend: str, *, cublas: bool = True,
             continue
         out.events.append(e)
         i += 1
-    if pending_ws is not None:
-        out.events.append((ALLOC, f"cublas.workspace.{pending_ws}", ws_bytes, "cuBLAS workspace"))
+    out.events += pending
     if ops:  # issue 39: ops whose CUDA kernel allocates otherwise
-        out.events = cuda_ops.apply(out.events).events
+        out.events = cuda_ops.apply(out.events, gpu).events
     return out

@@ -25,6 +25,7 @@ from attnprof.reports.capacity import (BUDGETS_GIB, GPU_CACHE_FILE, GPU_MODEL, M
 from attnprof.reports.data import load
 from attnprof.reports.render import render_report
 from attnprof.scenarios.scenario import Scenario
+from attnprof.profiler.memmodel.blas_workspaces import ENV as BLAS_ENV
 
 from conftest import Page, synthetic_record, write_run
 
@@ -59,7 +60,7 @@ SCENARIO = Scenario(name="gpus", variants=("full", "sdpa"), scope="attention", s
 
 @pytest.fixture(autouse=True)
 def model_defaults(monkeypatch):
-    for var in (ENV_VAR, "ATTNPROF_SDPA_BACKEND", "TORCH_CUDNN_SDPA_DEPRIORITIZED", "CUBLAS_WORKSPACE_CONFIG"):
+    for var in (ENV_VAR, "ATTNPROF_SDPA_BACKEND", "TORCH_CUDNN_SDPA_DEPRIORITIZED", *BLAS_ENV):
         monkeypatch.delenv(var, raising=False)
 
 

@@ -12,13 +12,14 @@ from attnprof.profiler.predict.gpu_points import predict_gpu
 from attnprof.profiler.hardware.gpus import ENV_VAR, get_gpu
 from attnprof.profiler.predict.fake_run import predict
 from attnprof.profiler.records import Point, PointRecord, Shape
+from attnprof.profiler.memmodel.blas_workspaces import ENV as BLAS_ENV
 
 runner = CliRunner()
 
 
 @pytest.fixture(autouse=True)
 def defaults(monkeypatch):
-    for var in (ENV_VAR, "ATTNPROF_SDPA_BACKEND", "TORCH_CUDNN_SDPA_DEPRIORITIZED", "CUBLAS_WORKSPACE_CONFIG"):
+    for var in (ENV_VAR, "ATTNPROF_SDPA_BACKEND", "TORCH_CUDNN_SDPA_DEPRIORITIZED", *BLAS_ENV):
         monkeypatch.delenv(var, raising=False)
 
 

@@ -1,5 +1,5 @@
-"""What the GPU allocates differently: SDPA kernel substitution, cuBLAS workspaces (the
-backend choice: test_sdpa_choice.py)."""
+"""What the GPU allocates differently: SDPA kernel substitution, cuBLAS workspaces in the trace
+(their sizes: test_blas_workspaces.py; the backend choice: test_sdpa_choice.py)."""
 
 import pytest
 import torch
@@ -10,8 +10,7 @@ from attnprof.profiler.memmodel.gpu_peak import replay
 from attnprof.profiler.hardware.gpus import get_gpu
 from attnprof.profiler.memmodel.caching_allocator import CachingAllocator
 from attnprof.profiler.memmodel.sdpa_choice import BACKEND_ENV
-from attnprof.profiler.memmodel.sdpa_kernels import (ALIAS, ALLOC, FREE, OP, TIE, cublas_workspace_bytes, flash_num_splits,
-                                                     substitute)
+from attnprof.profiler.memmodel.sdpa_kernels import ALIAS, ALLOC, FREE, OP, TIE, flash_num_splits, substitute
 from attnprof.profiler.measure.tracker import MemoryTracker
 
 
@@ -20,14 +19,6 @@ def default_backend_choice(monkeypatch):
     monkeypatch.delenv(BACKEND_ENV, raising=False)
     monkeypatch.delenv("TORCH_CUDNN_SDPA_DEPRIORITIZED", raising=False)
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
-
-
-def test_cublas_workspace_sizes():
-    assert cublas_workspace_bytes(get_gpu("a100-80gb")) == 4096 * 1024 * 2 + 16 * 1024 * 8 == 8_519_680
-    assert cublas_workspace_bytes(get_gpu("l4")) == 8_519_680
-    assert cublas_workspace_bytes(get_gpu("h100-sxm")) == 32 << 20
-    assert cublas_workspace_bytes(get_gpu("h100-sxm"), ":4096:2:16:8") == 8_519_680
-    assert cublas_workspace_bytes(get_gpu("a100-80gb"), ":16:8") == 128 << 10
 
 
 def test_flash_split_kv_heuristic():

@@ -18,6 +18,7 @@ import pytest
 
 from attnprof.profiler.hardware.gpus import get_gpu
 from attnprof.profiler.predict.measured_gpu import compare, load_measured
+from attnprof.profiler.memmodel.blas_workspaces import ENV as BLAS_ENV
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "h200-2026-12-04" / "points.json"
 
@@ -25,7 +26,7 @@ DATA = Path(__file__).resolve().parents[2] / "data" / "h200-2026-12-04" / "point
 @pytest.fixture(scope="module")
 def timed():
     mp = pytest.MonkeyPatch()  # the model honours these where it runs; the measured run had none of them set
-    for name in ("ATTNPROF_SDPA_BACKEND", "TORCH_CUDNN_SDPA_DEPRIORITIZED", "CUBLAS_WORKSPACE_CONFIG"):
+    for name in ("ATTNPROF_SDPA_BACKEND", "TORCH_CUDNN_SDPA_DEPRIORITIZED", *BLAS_ENV):
         mp.delenv(name, raising=False)
     try:
         yield _timed()
