@@ -6,7 +6,7 @@ measured / model each figure held within on those points (a claim the test
 tests/profiler/predict/test_measured_gpu_bounds.py holds to the measured points).
 ``how_sure(identity, gpu)`` answers, for one point (``Point.identity()`` or a record) on
 one GPU (a ``GpuSpec``), in one line: "checked on a real NVIDIA H200 (...): measured/model
-allocated 1.00-1.24, ..." or "not checked on a real GPU: <the first reason>".
+allocated 1.00-1.01, ..." or "not checked on a real GPU: <the first reason>".
 
 A point is *like* the checked ones when the GPU is the measured table entry (not a user's
 file replacing it), its kind ("variant scope mode dtype") was measured, the variant label

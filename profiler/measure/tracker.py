@@ -63,9 +63,12 @@ FREE = "free"  # (FREE, serial): its storage was freed
 OP = "op"  # (OP, op, info): an op was dispatched; its new output storages' ALLOC events follow at once
 MARK = "mark"  # (MARK, label): a point the caller named, e.g. "backward"
 # Ops whose tensor arguments the trace describes in OP's info (the GPU model substitutes
-# the CUDA kernels of these: SDPA, and the ops profiler/memmodel/cuda_ops.py rewrites):
-# {"grad_enabled": bool, "args": [TensorInfo | None, ...]}.
-TRACE_DETAIL_OPS = ("scaled_dot_product", "native_layer_norm", "_softmax_backward_data")
+# the CUDA kernels of these: SDPA, the ops profiler/memmodel/cuda_ops.py rewrites, and addmm,
+# whose cuBLASLt path profiler/memmodel/blas_workspaces.py reads):
+# {"grad_enabled": bool, "args": [TensorInfo | None, ...], "scalars": [the other arguments, plain, or None]}
+# (one entry per argument in both lists). addmm: memmodel/blas_workspaces.py; sum, mean:
+# memmodel/cuda_reduce.py.
+TRACE_DETAIL_OPS = ("scaled_dot_product", "native_layer_norm", "_softmax_backward_data", "addmm", "sum", "mean")
 
 
 _DETAILED: dict = {}
@@ -77,6 +80,18 @@ def _detailed(name: str) -> bool:
     if found is None:
         found = _DETAILED[name] = any(part in name for part in TRACE_DETAIL_OPS)
     return found
+
+
+def _plain_arg(a):
+    """A traced op's non-tensor argument as plain data (ints, floats, bools, None, tuples of
+    them, a dtype's name), or None for anything else."""
+    if a is None or isinstance(a, (bool, int, float)):
+        return a
+    if isinstance(a, (list, tuple)) and all(isinstance(x, (bool, int, float)) for x in a):
+        return tuple(a)
+    if isinstance(a, torch.dtype):
+        return _dtype_name(a)
+    return None
 
 
 @dataclass(frozen=True)
@@ -244,15 +259,21 @@ class MemoryTracker(TorchDispatchMode):
     def _op_info(self, name: str, args, kwargs) -> Optional[dict]:
         if not _detailed(name):
             return None
-        described = []
+        described, scalars = [], []
         for a in (*args, *(kwargs or {}).values()):
             if isinstance(a, torch.Tensor):
                 entry = self._live.get(a.untyped_storage()._cdata)
-                described.append(TensorInfo(entry[0] if entry else None, tuple(a.shape), tuple(a.stride()),
+                shape = tuple(a.shape)
+                # a size-1 dimension's stride addresses nothing: recorded as 1, so that one layout
+                # traced twice (fake tensors may give such a stride either value) reads the same
+                stride = tuple(1 if size == 1 else st for size, st in zip(shape, a.stride()))
+                described.append(TensorInfo(entry[0] if entry else None, shape, stride,
                                             _dtype_name(a.dtype), bool(a.requires_grad)))
+                scalars.append(None)
             else:
                 described.append(None)
-        return {"grad_enabled": torch.is_grad_enabled(), "args": described}
+                scalars.append(_plain_arg(a))
+        return {"grad_enabled": torch.is_grad_enabled(), "args": described, "scalars": scalars}
 
     def reset_peak(self) -> None:
         self.peak_bytes = self.current_bytes

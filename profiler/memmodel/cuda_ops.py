@@ -21,19 +21,27 @@ profiler/measure/tracker.py) so the rules read dtypes and shapes, not guesses.
    structured op's output (grad_input) and freed on return. The CPU kernel has none. For
    materialised attention this is one more (B, H, n, n) tensor at the backward's peak.
    ``log_softmax``'s backward has no such temporary (not rewritten).
+3. ``sum``, ``mean``: the reduction kernel's own staging buffer and semaphores, allocated
+   after the output and freed on return when the kernel splits its inputs across thread
+   blocks (``cuda_reduce.reduce_buffers``: Reduce.cuh's ``setReduceConfig``; it depends on
+   the GPU's SM count and compute capability, so only with ``gpu``). A bias gradient's
+   column sum takes as much as an (n, 4 d) bfloat16 tensor.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Optional
 
 from attnprof.profiler.aten_ops import op_base
+from attnprof.profiler.memmodel.cuda_reduce import reduce_buffers
 from attnprof.profiler.records import DTYPE_BYTES
 
 ALLOC, FREE, OP = "alloc", "free", "op"  # = profiler.measure.tracker's (no torch import here)
 
 LAYER_NORM = "native_layer_norm"
 SOFTMAX_BACKWARD = "_softmax_backward_data"
+REDUCTIONS = frozenset({"sum", "mean"})  # gpu_reduce_kernel with a dtype's own acc type
 # at::toAccumulateType(dtype, is_cuda=true) (aten/src/ATen/AccumulateType.h): the CUDA
 # accumulate type of each floating dtype the model knows
 CUDA_ACC = {"bfloat16": "float32", "float16": "float32", "float32": "float32", "float64": "float64"}
@@ -77,9 +85,26 @@ def _args(info) -> list:
     return (info.get("args") or []) if isinstance(info, dict) else []
 
 
-def apply(events: list) -> CudaOps:
+def _reduced_dims(base: str, name: str, info) -> Optional[tuple]:
+    """The dimensions a traced sum/mean reduces (() = all), None where the trace does not say."""
+    scalars = (info.get("scalars") or []) if isinstance(info, dict) else []
+    if name.endswith(".default"):  # sum(self, *, dtype) / mean(self, *, dtype): every dimension
+        return ()
+    args = (info.get("args") or []) if isinstance(info, dict) else []
+    if len(scalars) >= 2 and (len(args) < 2 or args[1] is None):  # dim is not a tensor
+        dim = scalars[1]
+        if dim is None:  # sum(x, dim=None): every dimension
+            return ()
+        if isinstance(dim, int) and not isinstance(dim, bool):
+            return (dim,)
+        if isinstance(dim, tuple) and all(isinstance(d, int) and not isinstance(d, bool) for d in dim):
+            return dim
+    return None
+
+
+def apply(events: list, gpu=None) -> CudaOps:
     """``events`` with the CUDA kernels' allocations of the ops above (a new list; the
-    input is left as it is)."""
+    input is left as it is). ``gpu`` (a GpuSpec): also the reductions' buffers (rule 3)."""
     out = CudaOps(list(events))
     ev = out.events
     i, temps = 0, 0
@@ -111,6 +136,20 @@ def apply(events: list) -> CudaOps:
                 ev[at:at] = [(ALLOC, name, nbytes, e[1]), (FREE, name)]
                 out.rewritten[base] = out.rewritten.get(base, 0) + 1
                 i = at + 2
+                continue
+        elif gpu is not None and base in REDUCTIONS and args and args[0] is not None:
+            dims = _reduced_dims(base, e[1], e[2])
+            x = args[0]
+            outs = _outputs_at(ev, i)
+            sizes = None if dims is None or not outs else reduce_buffers(
+                x.shape, x.stride, dims, x.dtype, gpu.sm_count, gpu.compute_capability)
+            if sizes and sizes[0]:
+                temps += 1
+                buf, sem = f"cuda.reduce_buffer#{temps}", f"cuda.reduce_semaphores#{temps}"
+                at = outs[-1] + 1  # gpu_reduce_kernel: after the output; both freed on return
+                ev[at:at] = [(ALLOC, buf, sizes[0], e[1]), (ALLOC, sem, sizes[1], e[1]), (FREE, sem), (FREE, buf)]
+                out.rewritten[base] = out.rewritten.get(base, 0) + 1
+                i = at + 4
                 continue
         i += 1
     return out

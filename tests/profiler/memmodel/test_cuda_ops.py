@@ -76,3 +76,35 @@ def test_other_ops_and_undescribed_ops_are_left_alone():
     assert apply(events).events == events
     bare = [(OP, "_softmax_backward_data.default", None), (ALLOC, 7, 64, "_softmax_backward_data.default")]
     assert apply(bare).events == bare  # no tensor arguments described: nothing to go on
+
+
+def _reduce_events(events):
+    return [e for e in events if e[0] == ALLOC and str(e[1]).startswith("cuda.reduce_")]
+
+
+def test_a_column_sum_takes_the_reduction_kernels_staging_buffer_on_a_gpu():
+    """Rule 3: a bias gradient's sum over rows (dims from the traced scalars) gets Reduce.cuh's
+    staging buffer and semaphores after its output, freed at once; only when the GPU is known."""
+    from attnprof.profiler.hardware.gpus import get_gpu
+
+    with FakeTensorMode():
+        g = torch.randn(8192, 1024, dtype=torch.bfloat16)
+        events = _trace(lambda: (g.sum(0), g.sum(-1), g.sum()), g)
+    assert _reduce_events(apply(events).events) == []  # no GPU: no rule 3
+    out = apply(events, get_gpu("h200"))
+    assert out.rewritten.get("sum") == 2  # the column sum, and the whole sum; the row sum needs none
+    first = [e for e in out.events if e[0] in (ALLOC, FREE) and "reduce" in str(e[1])][:4]
+    assert [e[0] for e in first] == [ALLOC, ALLOC, FREE, FREE]
+    assert first[0][2] == 8192 * 8192  # 4 * 1024 outputs * 128 CTAs * 32 * 4: an (n, 4d) bf16 tensor
+    assert first[1][2] == 32  # one int per grid column (8)
+    i = out.events.index(first[0])
+    assert out.events[i - 1][0] == ALLOC and out.events[i - 2][0] == OP  # after the sum's output
+
+
+def test_a_mean_over_the_rows_is_a_reduction_too():
+    from attnprof.profiler.hardware.gpus import get_gpu
+
+    with FakeTensorMode():
+        x = torch.randn(4096, 1024)
+        events = _trace(lambda: x.mean(dim=0), x)
+    assert [e[2] for e in _reduce_events(apply(events, get_gpu("h200")).events)] == [4096 * 8192, 32]

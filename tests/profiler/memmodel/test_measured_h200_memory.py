@@ -3,11 +3,10 @@
 The points (inputs and MEASURED figures only, their source named) are
 tests/data/h200-2026-12-04/points.json; each is predicted here with the GPU memory model
 (``predict/measured_gpu.compare``, ~5 s for all) and measured / model is held to the bounds the
-model reaches today, so no later change drifts from the GPU unseen. Where the issue's bounds
-(allocated +-3%, reserved and NVML total +-10%) are not reached on every point, the bound here is
-the honest one reached, tighter than before issue 39 (allocated 0.932..1.324, reserved
-0.966..1.385, NVML total 1.016..1.442), and the issue's bound is asserted on the points that
-reach it. docs/gpu.md ("Checked against a real H200") lists what is still unexplained.
+model reaches today, so no later change drifts from the GPU unseen. The issue's bounds for
+allocated (+-3%) and reserved (+-10%) hold on every point; NVML's total (+-10%) is held to the
+bound reached (before issue 39: allocated 0.932..1.324, reserved 0.966..1.385, NVML total
+1.016..1.442). docs/gpu.md ("Checked against a real H200") lists what is still unexplained.
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from attnprof.profiler.hardware.gpus import get_gpu
+from attnprof.profiler.memmodel.blas_workspaces import ENV as BLAS_ENV
 from attnprof.profiler.predict.measured_gpu import compare, load_measured
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "h200-2026-12-04" / "points.json"
@@ -33,7 +33,7 @@ def rows(monkeypatch_module):
 def monkeypatch_module():
     """The model honours these where it runs: the measured run had none of them set."""
     mp = pytest.MonkeyPatch()
-    for name in ("ATTNPROF_SDPA_BACKEND", "TORCH_CUDNN_SDPA_DEPRIORITIZED", "CUBLAS_WORKSPACE_CONFIG"):
+    for name in ("ATTNPROF_SDPA_BACKEND", "TORCH_CUDNN_SDPA_DEPRIORITIZED", *BLAS_ENV):
         mp.delenv(name, raising=False)
     yield mp
     mp.undo()
@@ -72,19 +72,35 @@ def test_scope_attention_is_exact_to_half_a_percent(rows):
         assert len(ratios) == 4 and all(0.995 <= v <= 1.005 for v in ratios.values()), (key, ratios)
 
 
-def test_allocated_never_above_measured_and_within_the_reached_bounds(rows):
-    """The model never promises more than the GPU used here (measured / model >= 1 within
-    0.5%), no point is off by more than 24% (was 32%), and the median is within 1%."""
-    ratios = _ratios(rows, "allocated_ratio")
-    assert len(ratios) == 23
-    assert all(0.995 <= v <= 1.24 for v in ratios.values()), ratios
-    assert statistics.median(ratios.values()) <= 1.01
-    assert sum(abs(v - 1) <= 0.03 for v in ratios.values()) >= 14  # the issue's bound, reached on 14 of 23
+def test_allocated_and_reserved_meet_the_issue_bounds_on_every_point(rows):
+    """Issue 39 item 1, allocated within 3% and reserved within 10%, on all 23 points. Reached
+    with the cuBLASLt workspace (memmodel/blas_workspaces.py) and the reduction kernel's staging
+    buffer (memmodel/cuda_reduce.py): 22 of 23 points match to the byte, one by 512 B. The model
+    never promises less than the GPU used (measured / model >= 1 within 0.1%)."""
+    allocated, reserved = _ratios(rows, "allocated_ratio"), _ratios(rows, "reserved_ratio")
+    assert len(allocated) == len(reserved) == 23
+    assert all(0.999 <= v <= 1.03 for v in allocated.values()), allocated
+    assert all(0.999 <= v <= 1.10 for v in reserved.values()), reserved
+    exact = sum(r["allocated_measured_bytes"] == r["allocated_model_bytes"]
+                and r["reserved_measured_bytes"] == r["reserved_model_bytes"] for r in rows)
+    assert exact >= 22, exact
 
 
-def test_reserved_and_nvml_total_within_the_reached_bounds(rows):
-    reserved, total = _ratios(rows, "reserved_ratio"), _ratios(rows, "total_ratio")
-    assert all(0.995 <= v <= 1.39 for v in reserved.values()), reserved
-    assert statistics.median(reserved.values()) <= 1.13  # 1.195 before
-    assert all(1.0 <= v <= 1.44 for v in total.values()), total
-    assert statistics.median(total.values()) <= 1.21  # 1.259 before
+def test_the_plain_mlp_peak_holds_the_bias_gradients_reduction_buffer(rows):
+    """Where a plain-mode model's peak is the MLP's backward (sdpa, lsh, sparse_strided at
+    8K/16K), the GPU held 8192 * n bytes more than the model without Reduce.cuh's staging buffer:
+    now matched to the byte (before: +64 MiB at 8K, +128 MiB at 16K)."""
+    plain = [r for r in rows if " model plain bfloat16 n=" in r["point"] and not r["point"].startswith("full ")]
+    assert len(plain) >= 6
+    assert all(r["allocated_measured_bytes"] == r["allocated_model_bytes"] for r in plain), plain
+
+
+def test_nvml_total_within_the_reached_bounds(rows):
+    """NVML's process total: the context plus the simulated reserved bytes. What libraries take
+    outside the caching allocator (20 MiB with cuDNN attention only, 92 with memory-efficient
+    attention only, 222-240 with cuBLAS) is not modelled (docs/gpu.md), so the issue's 10% is
+    reached on large points only."""
+    total = _ratios(rows, "total_ratio")
+    assert all(1.0 <= v <= 1.25 for v in total.values()), total  # 1.44 before
+    assert statistics.median(total.values()) <= 1.12  # 1.259 before issue 39
+    assert sum(v <= 1.10 for v in total.values()) >= 11
