@@ -23,8 +23,11 @@
 #                code, issue 39), and those measurements as a file to commit as test data
 #   seconds      seconds per point of a slice of the README's full sweep (sdpa x 3 modes x 256, 8K, 64K, cold
 #                prediction cache), and the 189-point sweep extrapolated at that pace
-#   probe        the kernels the time model could not pin down, each timed alone (scripts/gpu_kernel_probe.py:
-#                softmax forward/backward over long rows, masked_fill, clone, QK^T bmm; the host's cost per op)
+#   probe        first, in a fresh process, what each CUDA library takes outside the caching allocator, step by
+#                step (scripts/gpu_library_probe.py: NVML minus reserved after the context, torch's kernels, cuBLAS,
+#                cuBLASLt, autograd's thread, cuDNN/flash/memory-efficient attention); then the kernels the time
+#                model could not pin down, each timed alone (scripts/gpu_kernel_probe.py: softmax forward/backward
+#                over long rows, masked_fill, clone, QK^T bmm; the host's cost per op)
 #   steps        whole steps of each measured kind under torch.profiler: every kernel's device time, the GPU's
 #                idle time within the step, the aten ops' host time (scripts/gpu_step_profile.py, issue 39)
 #   timeline     one point's predicted and real memory snapshots (issue 25; sdpa plain 4K at the check's shape)
@@ -209,13 +212,22 @@ models() {
         --points-json "$OUT/measured-points.json" "${DRYFLAG[@]}"
 }
 # the kernels the time model could not pin down (issue 39: softmax over long rows, host cost per op), each alone
+# and, first, in a fresh process, what each CUDA library takes outside the caching allocator (NVML minus reserved)
 probe() {
+    local lib kern rc
     if [ "$DRY" = 1 ]; then
-        run "$1" "$PYTHON" scripts/gpu_kernel_probe.py --device cpu --lengths 64 --heads 2 --warmup 0 --repeats 2 \
-            --host-calls 50 --out "$WORK/kernel-probe.json"
+        lib="$(run "$1" "$PYTHON" scripts/gpu_library_probe.py --device cpu --out "$WORK/library-probe.json" 2>&1)"
+        kern="$(run "$(left "$1")" "$PYTHON" scripts/gpu_kernel_probe.py --device cpu --lengths 64 --heads 2 \
+            --warmup 0 --repeats 2 --host-calls 50 --out "$WORK/kernel-probe.json" 2>&1)"
     else
-        run "$1" "$PYTHON" scripts/gpu_kernel_probe.py --out "$WORK/kernel-probe.json"
+        lib="$(run "$(( $1 / 3 ))" "$PYTHON" scripts/gpu_library_probe.py --out "$WORK/library-probe.json" 2>&1)"
+        kern="$(run "$(left "$1")" "$PYTHON" scripts/gpu_kernel_probe.py --out "$WORK/kernel-probe.json" 2>&1)"
     fi
+    rc=$?
+    printf '%s\n%s\n' "$lib" "$kern" | grep -v '^HEADLINE: '
+    echo "HEADLINE: $(printf '%s\n' "$kern" | grep '^HEADLINE: ' | tail -1 | cut -c11-); $(printf '%s\n' "$lib" \
+        | grep '^HEADLINE: ' | tail -1 | cut -c11-)"
+    return $rc
 }
 # issue 39: where each measured kind's step time goes, kernel by kernel, and how long the GPU waits for the host
 steps() {
