@@ -214,20 +214,32 @@ models() {
 # the kernels the time model could not pin down (issue 39: softmax over long rows, host cost per op), each alone
 # and, first, in a fresh process, what each CUDA library takes outside the caching allocator (NVML minus reserved)
 probe() {
-    local lib kern rc
+    local lib kern lib_rc kern_rc=0 parts=()
     if [ "$DRY" = 1 ]; then
-        lib="$(run "$1" "$PYTHON" scripts/gpu_library_probe.py --device cpu --out "$WORK/library-probe.json" 2>&1)"
-        kern="$(run "$(left "$1")" "$PYTHON" scripts/gpu_kernel_probe.py --device cpu --lengths 64 --heads 2 \
-            --warmup 0 --repeats 2 --host-calls 50 --out "$WORK/kernel-probe.json" 2>&1)"
+        lib="$(run "$(( $1 / 3 ))" "$PYTHON" scripts/gpu_library_probe.py --device cpu --out "$WORK/library-probe.json" 2>&1)"
     else
         lib="$(run "$(( $1 / 3 ))" "$PYTHON" scripts/gpu_library_probe.py --out "$WORK/library-probe.json" 2>&1)"
-        kern="$(run "$(left "$1")" "$PYTHON" scripts/gpu_kernel_probe.py --out "$WORK/kernel-probe.json" 2>&1)"
     fi
-    rc=$?
+    lib_rc=$?
+    if [ "$(left "$1")" -lt 5 ]; then
+        kern="kernel probe: not run (under 5 s left)"; kern_rc=124
+    elif [ "$DRY" = 1 ]; then
+        kern="$(run "$(left "$1")" "$PYTHON" scripts/gpu_kernel_probe.py --device cpu --lengths 64 --heads 2 \
+            --warmup 0 --repeats 2 --host-calls 50 --out "$WORK/kernel-probe.json" 2>&1)" || kern_rc=$?
+    else
+        kern="$(run "$(left "$1")" "$PYTHON" scripts/gpu_kernel_probe.py --out "$WORK/kernel-probe.json" 2>&1)" \
+            || kern_rc=$?
+    fi
     printf '%s\n%s\n' "$lib" "$kern" | grep -v '^HEADLINE: '
-    echo "HEADLINE: $(printf '%s\n' "$kern" | grep '^HEADLINE: ' | tail -1 | cut -c11-); $(printf '%s\n' "$lib" \
-        | grep '^HEADLINE: ' | tail -1 | cut -c11-)"
-    return $rc
+    # one HEADLINE for the stage's summary line: each script's own, or why it has none
+    local h
+    h="$(printf '%s\n' "$kern" | grep '^HEADLINE: ' | tail -1 | cut -c11-)"
+    parts+=("${h:-kernel probe failed rc=$kern_rc: $(printf '%s\n' "$kern" | grep -v '^\s*$' | tail -1 | cut -c1-120)}")
+    h="$(printf '%s\n' "$lib" | grep '^HEADLINE: ' | tail -1 | cut -c11-)"
+    parts+=("${h:-library probe failed rc=$lib_rc: $(printf '%s\n' "$lib" | grep -v '^\s*$' | tail -1 | cut -c1-120)}")
+    echo "HEADLINE: ${parts[0]}; ${parts[1]}"
+    [ "$lib_rc" = 0 ] || return "$lib_rc"
+    return "$kern_rc"
 }
 # issue 39: where each measured kind's step time goes, kernel by kernel, and how long the GPU waits for the host
 steps() {
@@ -314,7 +326,7 @@ timeline() {
 
 # Most important figures first; each stage capped, all under one deadline (a cut stage still reports what it has).
 ORDER="environment:40:environment sweep:130:sweep train:90:train long:75:long compare:20:compare time:20:time_model
-       models:60:models seconds:60:seconds_stage probe:45:probe steps:45:steps timeline:40:timeline
+       models:60:models seconds:60:seconds_stage probe:60:probe steps:45:steps timeline:40:timeline
        gpu-model:70:gpu_model
        gpu-tests:60:gpu_tests"
 WANTED=" ${STAGES:-$(for e in $ORDER; do printf '%s ' "${e%%:*}"; done)} "

@@ -29,42 +29,46 @@ MIB = 1 << 20
 
 
 def _steps(torch, device: str) -> list:
-    """(name, fn) in order: the kernels a model step runs, each library's first use on its own."""
+    """(name, fn) in order: the kernels a model step runs, each library's first use on its own.
+    The inputs are made after the context step (their randn kernels are a step of their own)."""
     import torch.nn.functional as F
 
     bf16 = torch.bfloat16 if device == "cuda" else torch.float32
-    x = torch.randn(256, 1024, device=device)
-    xb = x.to(bf16)
-    w = torch.randn(1024, 1024, device=device, dtype=bf16)
-    b = torch.randn(1024, device=device, dtype=bf16)
-    q = torch.randn(1, 16, 256, 64, device=device, dtype=bf16, requires_grad=True)
-    q32 = torch.randn(1, 16, 256, 64, device=device, requires_grad=True)
+    t: dict = {}
 
-    def sdpa(kind, t):
+    def inputs():
+        t["x"] = torch.randn(256, 1024, device=device)
+        t["xb"] = t["x"].to(bf16)
+        t["w"] = torch.randn(1024, 1024, device=device, dtype=bf16)
+        t["b"] = torch.randn(1024, device=device, dtype=bf16)
+        t["q"] = torch.randn(1, 16, 256, 64, device=device, dtype=bf16, requires_grad=True)
+        t["q32"] = torch.randn(1, 16, 256, 64, device=device, requires_grad=True)
+
+    def sdpa(kind, name):
         def run():
             from torch.nn.attention import SDPBackend, sdpa_kernel
 
+            q = t[name]
             with sdpa_kernel(getattr(SDPBackend, kind)):
-                F.scaled_dot_product_attention(t, t, t, is_causal=True).sum().backward()
+                F.scaled_dot_product_attention(q, q, q, is_causal=True).sum().backward()
         return run
-
-    def linear_backward():
-        F.linear(xb, w.clone().requires_grad_()).sum().backward()  # the weight's gradient: an mm on autograd's thread
 
     return [
         ("context", lambda: torch.zeros(1, device=device)),
-        ("elementwise (add, mul; fp32 and bf16)", lambda: (x + 1, x.to(bf16) * 2)),
-        ("reductions (column sum, full sum)", lambda: (x.sum(0), x.sum())),
-        ("layer_norm, gelu, softmax forward and backward (bf16)", lambda: F.softmax(
-            F.gelu(F.layer_norm(x.to(bf16).requires_grad_(), (1024,))), -1).sum().backward()),
-        ("cuBLAS: mm bf16 (forward thread)", lambda: xb @ w),
-        ("cuBLASLt: addmm with a bias vector bf16", lambda: F.linear(xb, w, b)),
-        ("cuBLAS on autograd's device thread: a linear layer's backward", linear_backward),
-        ("cuBLAS: bmm bf16", lambda: torch.bmm(q.detach()[0], q.detach()[0].transpose(1, 2))),
-        ("cuBLAS: mm fp32", lambda: x @ x.t()),
-        ("cuDNN attention bf16, forward and backward", sdpa("CUDNN_ATTENTION", q)),
-        ("flash attention bf16, forward and backward", sdpa("FLASH_ATTENTION", q)),
-        ("memory-efficient attention fp32, forward and backward", sdpa("EFFICIENT_ATTENTION", q32)),
+        ("inputs (randn, casts)", inputs),
+        ("elementwise (add, mul; fp32 and bf16)", lambda: (t["x"] + 1, t["xb"] * 2)),
+        ("reductions (column sum, full sum)", lambda: (t["x"].sum(0), t["x"].sum())),
+        ("layer_norm, gelu, softmax forward and backward (bf16; autograd's device thread starts)",
+         lambda: F.softmax(F.gelu(F.layer_norm(t["xb"].clone().requires_grad_(), (1024,))), -1).sum().backward()),
+        ("cuBLAS: mm bf16 (forward thread)", lambda: t["xb"] @ t["w"]),
+        ("cuBLASLt: addmm with a bias vector bf16", lambda: F.linear(t["xb"], t["w"], t["b"])),
+        ("cuBLAS on autograd's device thread: a linear layer's backward",  # the weight's gradient: an mm there
+         lambda: F.linear(t["xb"], t["w"].clone().requires_grad_()).sum().backward()),
+        ("cuBLAS: bmm bf16", lambda: torch.bmm(t["q"].detach()[0], t["q"].detach()[0].transpose(1, 2))),
+        ("cuBLAS: mm fp32", lambda: t["x"] @ t["x"].t()),
+        ("cuDNN attention bf16, forward and backward", sdpa("CUDNN_ATTENTION", "q")),
+        ("flash attention bf16, forward and backward", sdpa("FLASH_ATTENTION", "q")),
+        ("memory-efficient attention fp32, forward and backward", sdpa("EFFICIENT_ATTENTION", "q32")),
     ]
 
 

@@ -65,9 +65,10 @@ MARK = "mark"  # (MARK, label): a point the caller named, e.g. "backward"
 # Ops whose tensor arguments the trace describes in OP's info (the GPU model substitutes
 # the CUDA kernels of these: SDPA, the ops profiler/memmodel/cuda_ops.py rewrites, and addmm,
 # whose cuBLASLt path profiler/memmodel/blas_workspaces.py reads):
-# {"grad_enabled": bool, "args": [TensorInfo | None, ...], "scalars": [the other arguments, plain, or None]}
-# (one entry per argument in both lists). addmm: memmodel/blas_workspaces.py; sum, mean:
-# memmodel/cuda_reduce.py.
+# {"grad_enabled": bool, "args": [TensorInfo | None, ...] (the positional arguments, then the keyword ones'
+# values), "scalars": [each positional argument that is not a tensor, as plain data, else None],
+# "kwargs": {name: plain data} (the keyword arguments that are not tensors)}. addmm: memmodel/
+# blas_workspaces.py; sum, mean: memmodel/cuda_reduce.py.
 TRACE_DETAIL_OPS = ("scaled_dot_product", "native_layer_norm", "_softmax_backward_data", "addmm", "sum", "mean")
 
 
@@ -260,7 +261,8 @@ class MemoryTracker(TorchDispatchMode):
         if not _detailed(name):
             return None
         described, scalars = [], []
-        for a in (*args, *(kwargs or {}).values()):
+        kwargs = kwargs or {}
+        for a in (*args, *kwargs.values()):
             if isinstance(a, torch.Tensor):
                 entry = self._live.get(a.untyped_storage()._cdata)
                 shape = tuple(a.shape)
@@ -273,7 +275,9 @@ class MemoryTracker(TorchDispatchMode):
             else:
                 described.append(None)
                 scalars.append(_plain_arg(a))
-        return {"grad_enabled": torch.is_grad_enabled(), "args": described, "scalars": scalars}
+        named = {k: _plain_arg(v) for k, v in kwargs.items() if not isinstance(v, torch.Tensor)}
+        return {"grad_enabled": torch.is_grad_enabled(), "args": described, "scalars": scalars[:len(args)],
+                "kwargs": named}
 
     def reset_peak(self) -> None:
         self.peak_bytes = self.current_bytes

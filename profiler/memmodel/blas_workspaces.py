@@ -18,7 +18,8 @@ Read from torch 2.11's ``aten/src/ATen/cuda/CublasHandlePool.cpp`` and ``aten/sr
   (``CUBLASLT_WORKSPACE_SIZE`` KiB, default 1024, capped at the cuBLAS workspace unless the variable
   is "0"), kept per (handle, stream) like the cuBLAS one: **1 MiB more per thread that runs such an
   addmm**. ``mm`` enters the same function with beta 0 and never takes the Lt path.
-  ``DISABLE_ADDMM_CUDA_LT=1`` turns the Lt path off.
+  ``DISABLE_ADDMM_CUDA_LT=1`` turns the Lt path off; ``TORCH_BLAS_PREFER_CUBLASLT=1``
+  (``blasPreferredBackend``) sends every GEMM through cuBLASLt, so the first matmul takes it.
 
 Measured on the H200 of 2026-12-04 (torch 2.11.0+cu130): every model-scope point held exactly 1 MiB
 more than the model without this rule where only the forward thread runs a biased addmm (plain
@@ -36,6 +37,7 @@ import os
 import re
 from typing import Mapping, Optional
 
+from attnprof.profiler.aten_ops import CUBLAS_OPS
 from attnprof.profiler.hardware.gpus import GpuSpec
 from attnprof.profiler.memmodel.layout import contiguous
 
@@ -43,7 +45,8 @@ CUBLAS_ENV = "CUBLAS_WORKSPACE_CONFIG"
 LT_SIZE_ENV = "CUBLASLT_WORKSPACE_SIZE"
 LT_UNIFIED_ENV = "TORCH_CUBLASLT_UNIFIED_WORKSPACE"
 LT_DISABLE_ENV = "DISABLE_ADDMM_CUDA_LT"
-ENV = (CUBLAS_ENV, LT_SIZE_ENV, LT_UNIFIED_ENV, LT_DISABLE_ENV)  # what the model reads from the environment
+PREFER_LT_ENV = "TORCH_BLAS_PREFER_CUBLASLT"  # "1": blasPreferredBackend() is cuBLASLt, for every GEMM
+ENV = (CUBLAS_ENV, LT_SIZE_ENV, LT_UNIFIED_ENV, LT_DISABLE_ENV, PREFER_LT_ENV)  # what the model reads
 
 CUBLAS_DEFAULT_BYTES = 4096 * 1024 * 2 + 16 * 1024 * 8
 CUBLAS_BIG_BYTES = 4096 * 8 * 1024
@@ -84,11 +87,17 @@ def cublaslt_workspace_bytes(gpu: GpuSpec, env: Optional[Mapping] = None) -> int
 
 
 def takes_cublaslt(op: str, info, env: Optional[Mapping] = None) -> bool:
-    """Whether ``op`` (a base name) with these traced arguments runs cuBLASLt on CUDA
-    (``isInputCompliesAddmmCudaLt``, 1-D bias case): addmm(bias, mat1, mat2) with a contiguous bias
-    of mat2's column count, 2-D matrices of sizes > 1, a floating dtype. beta is taken as 1 (what
-    ``F.linear`` passes; the trace records no scalars); the result is the op's own contiguous output."""
+    """Whether ``op`` (a base name) with these traced arguments runs cuBLASLt on CUDA: every
+    matmul when ``TORCH_BLAS_PREFER_CUBLASLT=1``; else ``isInputCompliesAddmmCudaLt``'s 1-D bias
+    case: addmm(bias, mat1, mat2) with a contiguous bias of mat2's column count, 2-D matrices of
+    sizes > 1, a floating dtype, beta 1 (a ``beta`` keyword other than 1 says no; ``F.linear``
+    passes none); the result is the op's own contiguous output. Not modelled: ``_addmm_activation``'s
+    2-D bias with an activation (taken as not Lt)."""
+    if _env(env, PREFER_LT_ENV) == "1" and op in CUBLAS_OPS:
+        return True
     if op not in LT_OPS or _env(env, LT_DISABLE_ENV) == "1":
+        return False
+    if isinstance(info, dict) and (info.get("kwargs") or {}).get("beta", 1) != 1:
         return False
     args = (info.get("args") or []) if isinstance(info, dict) else []
     if len(args) < 3 or any(a is None for a in args[:3]):

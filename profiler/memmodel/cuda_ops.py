@@ -140,6 +140,8 @@ def apply(events: list, gpu=None) -> CudaOps:
         elif gpu is not None and base in REDUCTIONS and args and args[0] is not None:
             dims = _reduced_dims(base, e[1], e[2])
             x = args[0]
+            if (e[2].get("kwargs") or {}).get("dtype") not in (None, x.dtype):
+                dims = None  # a reduction into another dtype: torch may cast a copy first; not modelled
             outs = _outputs_at(ev, i)
             sizes = None if dims is None or not outs else reduce_buffers(
                 x.shape, x.stride, dims, x.dtype, gpu.sm_count, gpu.compute_capability)

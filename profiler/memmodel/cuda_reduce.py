@@ -18,12 +18,13 @@ while the gradient it reduces (and, in plain mode, the MLP's saved activations) 
 Measured on the H200 of 2026-12-04: exactly that (and the 32-byte semaphores rounded to one
 512-byte block) at the peak of every plain-mode model point whose peak is the MLP's backward.
 
-The iterator is prepared as TensorIterator prepares a reduction (``reorder_dimensions``: the
-reduced dimensions first, then by increasing input stride; ``coalesce_dimensions``), then
-``setReduceConfig`` and ``set_block_dimension`` are followed step by step. Assumed: the input's
-data pointer is 16-byte aligned (a fresh allocation, or a view at an aligned offset), and the
-iterator fits 32-bit indexing (over 2**31 - 1 elements torch splits the reduction into
-sub-iterators with an accumulation buffer: not modelled, no buffer counted).
+The iterator is prepared as TensorIterator prepares a reduction (``reorder_dimensions``' insertion
+sort: the reduced dimensions first, then by increasing stride, broadcast strides undecided;
+``coalesce_dimensions``), then ``setReduceConfig`` and ``set_block_dimension`` are followed step
+by step. Assumed: the input's data pointer is 16-byte aligned (a fresh allocation, or a view at an
+aligned offset). Not modelled (``reduce_buffers`` says None): an input whose largest byte offset
+does not fit an int32 (``can_use_32bit_indexing``: torch splits the reduction into sub-iterators,
+one buffer at a time, plus an accumulation buffer for 16-bit outputs).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ MIN_VALUES_PER_THREAD, MAX_VALUES_PER_THREAD = 16, 256
 INT32_MAX = 2 ** 31 - 1
 # acc type of sum/mean on CUDA (at::opmath_type / acc_type, is_cuda=true)
 ACC_BYTES = {"float16": 4, "bfloat16": 4, "float32": 4, "float64": 8}
+ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 # "Maximum number of resident threads per SM" (CUDA C++ Programming Guide, technical
 # specifications per compute capability): cudaDeviceProp::maxThreadsPerMultiProcessor
 THREADS_PER_SM = {(7, 0): 2048, (7, 5): 1024, (8, 0): 2048, (8, 6): 1536, (8, 7): 2048, (8, 9): 1536,
@@ -53,7 +55,9 @@ def _div_up(a: int, b: int) -> int:
 
 
 def threads_per_sm(compute_capability: tuple) -> int:
-    return THREADS_PER_SM.get(tuple(compute_capability), 2048 if compute_capability[0] >= 9 else 1536)
+    """maxThreadsPerMultiProcessor; a capability not in the table takes its major's most common figure."""
+    major = compute_capability[0]
+    return THREADS_PER_SM.get(tuple(compute_capability), 1536 if major in (8, 12) else 2048)
 
 
 def _iterator(shape: Sequence[int], stride: Sequence[int], dims: Sequence[int]):
@@ -67,11 +71,36 @@ def _iterator(shape: Sequence[int], stride: Sequence[int], dims: Sequence[int]):
         if d not in red:
             out_stride[d] = step
             step *= shape[d]
-    entries = [(shape[d], stride[d], out_stride[d], d in red) for d in range(nd) if shape[d] != 1]
-    # reorder_dimensions: reduced first; then the output's stride, then the input's, ascending
-    entries.sort(key=lambda e: (not e[3], e[2] if not e[3] else 0, e[1]))
+    operands = (out_stride, list(stride))  # TensorIterator's order: the output, then the input
+
+    def should_swap(d0: int, d1: int) -> int:  # TensorIterator::reorder_dimensions
+        for k, strides in enumerate(operands):
+            s0, s1 = strides[d0], strides[d1]
+            if k == 0 and (s0 == 0) != (s1 == 0):  # a reduction's output: reduced dimensions first
+                return 1 if s1 == 0 else -1
+            if s0 == 0 or s1 == 0:  # broadcast: no decision from this operand
+                continue
+            if s0 != s1:
+                return -1 if s0 < s1 else 1
+            if shape[d0] > shape[d1]:  # equal strides: the smaller dimension first
+                return 1
+        return 0
+
+    perm = list(reversed(range(nd)))  # starts from the innermost dimension; an insertion sort that
+    for i in range(1, nd):  # leaves ambiguous pairs where they are
+        d1 = i
+        for d0 in range(i - 1, -1, -1):
+            c = should_swap(perm[d0], perm[d1])
+            if c > 0:
+                perm[d0], perm[d1] = perm[d1], perm[d0]
+                d1 = d0
+            elif c < 0:
+                break
     merged: list = []
-    for size, st, ost, r in entries:
+    for d in perm:  # coalesce_dimensions: size-1 dimensions vanish, adjacent ones merge
+        size, st, ost, r = shape[d], stride[d], out_stride[d], d in red
+        if size == 1:
+            continue
         if merged:
             psize, pst, post, pr = merged[-1]
             if pr == r and pst * psize == st and post * psize == ost:
@@ -86,7 +115,13 @@ def reduce_buffers(shape: Sequence[int], stride: Sequence[int], dims: Sequence[i
     """(staging buffer bytes, semaphore bytes) a CUDA ``sum``/``mean`` of this input allocates
     while it runs ((0, 0) when it needs none), or None where this model does not know
     (an unknown dtype, or an input beyond 32-bit indexing)."""
-    if dtype not in ACC_BYTES or prod(shape) > INT32_MAX or prod(shape) == 0:
+    if dtype not in ACC_BYTES or prod(shape) == 0:
+        return None
+    if not shape:  # a 0-d tensor: nothing to split
+        return (0, 0)
+    # can_use_32bit_indexing: every operand's largest byte offset fits an int32 (else torch splits the
+    # reduction into sub-iterators with an accumulation buffer: not modelled)
+    if sum((size - 1) * abs(st) for size, st in zip(shape, stride)) * ELEMENT_BYTES[dtype] >= INT32_MAX:
         return None
     it = _iterator(shape, stride, dims)
     if not it:
@@ -101,7 +136,7 @@ def reduce_buffers(shape: Sequence[int], stride: Sequence[int], dims: Sequence[i
         dim0, dim1, fastest_stride = num_outputs, inputs_per_output, it[nr][1]
     output_vec = 1
     if fastest_stride == 1:
-        if fastest and dim0 > 128 and nr == 1:  # vt0 >= input_vec_size: both 4
+        if fastest and dim0 > 128 and nr == 1:  # vectorize along input (vt0 >= input_vec_size)
             dim0 //= 4  # vectorize along input
         elif not fastest:
             output_vec = 4  # get_output_vec_size (aligned data pointer)

@@ -147,7 +147,8 @@ def cudnn_grad_out_copied(go, q, cudnn_version: Optional[int] = None) -> bool:
     MHA.cpp ``run_cudnn_SDP_bprop``: with cuDNN >= 9.5.1 (CUDNN_VERSION 90501) only a grad_out
     whose innermost stride is not 1 is permuted to the output's layout
     (``permute_to_matching_layout``); with an older cuDNN, one whose strides differ from the
-    output's, which the forward allocated in q's layout (``alloc_with_matching_layout``)."""
+    output's (``same_strides``, which skips size-1 dimensions, as the tracker's strides do:
+    it records theirs as 1), which the forward allocated in q's layout (``alloc_with_matching_layout``)."""
     if cudnn_version is None:
         from attnprof.profiler.memmodel.sdpa_choice import torch_facts
 

@@ -159,19 +159,22 @@ def _encode_info(info, ref):
         raise NotComposable("an OP event's info is not in the known form")
     args = tuple(None if a is None else (ref(a.serial), a.shape, a.stride, a.dtype, a.requires_grad)
                  for a in info["args"])
-    scalars = info.get("scalars")  # the other arguments, plain data (tracker._plain_arg)
-    return (bool(info.get("grad_enabled")), args, None if scalars is None else tuple(scalars))
+    scalars, named = info.get("scalars"), info.get("kwargs")  # the other arguments, plain data
+    return (bool(info.get("grad_enabled")), args, None if scalars is None else tuple(scalars),
+            None if named is None else tuple(named.items()))
 
 
 def _decode_info(encoded, serial_of):
     if encoded is None:
         return None
-    grad_enabled, args, scalars = encoded
+    grad_enabled, args, scalars, named = encoded
     info = {"grad_enabled": grad_enabled,
             "args": [None if a is None else TensorInfo(None if a[0] is None else serial_of(a[0]), *a[1:])
                      for a in args]}
     if scalars is not None:
         info["scalars"] = list(scalars)
+    if named is not None:
+        info["kwargs"] = dict(named)
     return info
 
 

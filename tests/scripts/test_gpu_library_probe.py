@@ -28,7 +28,7 @@ def test_a_cpu_run_runs_every_step_and_skips_the_cuda_kernels(tmp_path):
     doc = json.loads(out.read_text())
     assert doc["device"] == "cpu" and "MEASURED" in doc["what"] and "not modelled" in doc["what"]
     steps = doc["steps"]
-    assert steps[0]["step"] == "context" and len(steps) == 12
+    assert steps[0]["step"] == "context" and len(steps) == 13
     assert not [s for s in steps if "error" in s]  # every op this script runs works, on the CPU too
     assert [s["step"] for s in steps if s.get("skipped")] == [s["step"] for s in steps if "attention" in s["step"]]
 

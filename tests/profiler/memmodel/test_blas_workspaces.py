@@ -59,6 +59,13 @@ def test_only_an_addmm_with_a_bias_vector_takes_cublaslt():
     assert not takes_cublaslt("addmm", _info((1024,), (8, 512), (512, 1024), dtype="int64"), {})
     assert not takes_cublaslt("addmm", _info((1024,), (8, 512), (512, 1024)), {"DISABLE_ADDMM_CUDA_LT": "1"})
     assert not takes_cublaslt("addmm", None, {})  # not described: no claim
+    strided_bias = _info((1024,), (8, 512), (512, 1024))
+    strided_bias["args"][0] = TensorInfo(None, (1024,), (2,), "bfloat16", False)
+    assert not takes_cublaslt("addmm", strided_bias, {})  # a bias that is not contiguous
+    beta = {**_info((1024,), (8, 512), (512, 1024)), "kwargs": {"beta": 0.5}}
+    assert not takes_cublaslt("addmm", beta, {})
+    # TORCH_BLAS_PREFER_CUBLASLT=1: every GEMM on cuBLASLt
+    assert takes_cublaslt("mm", _info((8, 512), (512, 1024)), {"TORCH_BLAS_PREFER_CUBLASLT": "1"})
 
 
 def _linear_step():

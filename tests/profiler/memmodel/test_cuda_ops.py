@@ -108,3 +108,15 @@ def test_a_mean_over_the_rows_is_a_reduction_too():
         x = torch.randn(4096, 1024)
         events = _trace(lambda: x.mean(dim=0), x)
     assert [e[2] for e in _reduce_events(apply(events, get_gpu("h200")).events)] == [4096 * 8192, 32]
+
+
+def test_negative_dims_count_and_a_reduction_into_another_dtype_is_not_claimed():
+    from attnprof.profiler.hardware.gpus import get_gpu
+
+    with FakeTensorMode():
+        g = torch.randn(4096, 1024)
+        events = _trace(lambda: (g.sum(-2), g.sum(0, dtype=torch.float64)), g)
+    sums = [e for e in events if e[0] == OP and e[1].startswith("sum")]
+    assert sums[1][2]["kwargs"] == {"dtype": "float64"} and sums[0][2]["scalars"] == [None, (-2,)]
+    out = apply(events, get_gpu("h200"))
+    assert [e[2] for e in _reduce_events(out.events)] == [4096 * 8192, 32]  # the first only

@@ -45,3 +45,26 @@ def test_row_sums_and_small_sums_need_no_staging():
 def test_what_the_model_does_not_know_is_none():
     assert _buffers((8192, 1024), [0], "int64") is None
     assert _buffers((65536, 65536), [0]) is None  # beyond 32-bit indexing: torch splits it
+
+
+def test_the_whole_sum_of_a_loss_is_a_few_kilobytes():
+    # vectorised along the input: 512 threads, 528 CTAs (132 SMs x 4 blocks), one float each
+    assert _buffers((1, 8192, 1024), []) == (4 * 528, 4)
+
+
+def test_iterator_order_follows_tensoriterator():
+    n = 4096
+    # the transposed view of an (n, d) gradient, reduced over its n: the same column sum
+    assert _buffers((1024, n), [1], stride=(1, 1024)) == (8192 * n, 32)
+    # a broadcast (stride 0) reduced dimension: reorder_dimensions leaves it undecided, not first
+    assert _buffers((8, 4096, 1024), [0, 1], stride=(0, 1024, 1)) == (4 * 1024 * 264 * 128, 32)
+    # 1026 outputs: vectors of 2 (1026 % 4 != 0), so 256 threads of 2 outputs
+    size, _ = _buffers((n, 1026), [0])
+    assert size > 0 and size % (4 * 1026 * 2) == 0
+
+
+def test_a_0d_input_and_the_32bit_byte_limit():
+    assert _buffers((), [0]) == (0, 0)
+    # can_use_32bit_indexing counts bytes: 2**20 rows of 1024 fit in bfloat16, not in float32
+    assert _buffers((1 << 20, 1024), [0]) is not None
+    assert _buffers((1 << 20, 1024), [0], "float32") is None
