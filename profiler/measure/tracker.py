@@ -260,8 +260,8 @@ class MemoryTracker(TorchDispatchMode):
     def _op_info(self, name: str, args, kwargs) -> Optional[dict]:
         if not _detailed(name):
             return None
-        described, scalars = [], []
         kwargs = kwargs or {}
+        described = []
         for a in (*args, *kwargs.values()):
             if isinstance(a, torch.Tensor):
                 entry = self._live.get(a.untyped_storage()._cdata)
@@ -271,13 +271,11 @@ class MemoryTracker(TorchDispatchMode):
                 stride = tuple(1 if size == 1 else st for size, st in zip(shape, a.stride()))
                 described.append(TensorInfo(entry[0] if entry else None, shape, stride,
                                             _dtype_name(a.dtype), bool(a.requires_grad)))
-                scalars.append(None)
             else:
                 described.append(None)
-                scalars.append(_plain_arg(a))
+        scalars = [None if isinstance(a, torch.Tensor) else _plain_arg(a) for a in args]
         named = {k: _plain_arg(v) for k, v in kwargs.items() if not isinstance(v, torch.Tensor)}
-        return {"grad_enabled": torch.is_grad_enabled(), "args": described, "scalars": scalars[:len(args)],
-                "kwargs": named}
+        return {"grad_enabled": torch.is_grad_enabled(), "args": described, "scalars": scalars, "kwargs": named}
 
     def reset_peak(self) -> None:
         self.peak_bytes = self.current_bytes

@@ -93,7 +93,9 @@ def takes_cublaslt(op: str, info, env: Optional[Mapping] = None) -> bool:
     sizes > 1, a floating dtype, beta 1 (a ``beta`` keyword other than 1 says no; ``F.linear``
     passes none); the result is the op's own contiguous output. Not modelled: ``_addmm_activation``'s
     2-D bias with an activation (taken as not Lt)."""
-    if _env(env, PREFER_LT_ENV) == "1" and op in CUBLAS_OPS:
+    if op not in CUBLAS_OPS:  # most ops: no environment read (called per op until a thread's first Lt call)
+        return False
+    if _env(env, PREFER_LT_ENV) == "1":
         return True
     if op not in LT_OPS or _env(env, LT_DISABLE_ENV) == "1":
         return False
@@ -107,4 +109,3 @@ def takes_cublaslt(op: str, info, env: Optional[Mapping] = None) -> bool:
     return bool(len(mat1.shape) == 2 and len(mat2.shape) == 2 and min(*mat1.shape, *mat2.shape) > 1
                 and len(bias.shape) >= 1 and len(squeezed) <= 1 and bias.shape[-1] == mat2.shape[1]
                 and contiguous(bias.shape, bias.stride) and mat1.dtype in LT_DTYPES)
-

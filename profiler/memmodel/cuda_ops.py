@@ -85,12 +85,11 @@ def _args(info) -> list:
     return (info.get("args") or []) if isinstance(info, dict) else []
 
 
-def _reduced_dims(base: str, name: str, info) -> Optional[tuple]:
+def _reduced_dims(name: str, info) -> Optional[tuple]:
     """The dimensions a traced sum/mean reduces (() = all), None where the trace does not say."""
-    scalars = (info.get("scalars") or []) if isinstance(info, dict) else []
     if name.endswith(".default"):  # sum(self, *, dtype) / mean(self, *, dtype): every dimension
         return ()
-    args = (info.get("args") or []) if isinstance(info, dict) else []
+    scalars, args = (info.get("scalars") or []) if isinstance(info, dict) else [], _args(info)
     if len(scalars) >= 2 and (len(args) < 2 or args[1] is None):  # dim is not a tensor
         dim = scalars[1]
         if dim is None:  # sum(x, dim=None): every dimension
@@ -138,7 +137,7 @@ def apply(events: list, gpu=None) -> CudaOps:
                 i = at + 2
                 continue
         elif gpu is not None and base in REDUCTIONS and args and args[0] is not None:
-            dims = _reduced_dims(base, e[1], e[2])
+            dims = _reduced_dims(e[1], e[2])
             x = args[0]
             if (e[2].get("kwargs") or {}).get("dtype") not in (None, x.dtype):
                 dims = None  # a reduction into another dtype: torch may cast a copy first; not modelled

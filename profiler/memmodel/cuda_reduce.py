@@ -137,7 +137,7 @@ def reduce_buffers(shape: Sequence[int], stride: Sequence[int], dims: Sequence[i
     output_vec = 1
     if fastest_stride == 1:
         if fastest and dim0 > 128 and nr == 1:  # vectorize along input (vt0 >= input_vec_size)
-            dim0 //= 4  # vectorize along input
+            dim0 //= 4
         elif not fastest:
             output_vec = 4  # get_output_vec_size (aligned data pointer)
             while output_vec > 1 and (it[nr][0] % output_vec or
