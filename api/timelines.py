@@ -37,6 +37,7 @@ def write_run_timelines(sc, folder: Path, log=lambda line: None) -> list:
     otherwise (a CPU, or an unknown GPU) the tensor tracker's timeline with this CPU's rates."""
     from attnprof.profiler.gpumeasure.memory_history import timelines_folder
     from attnprof.profiler.hardware.gpus import by_device_name
+    from attnprof.profiler.measure.device_kernels import on_device
     from attnprof.profiler.records import key_of_record
     from attnprof.profiler.runner.storage import read_records
     from attnprof.profiler.timeline.files import write_point
@@ -50,7 +51,9 @@ def write_run_timelines(sc, folder: Path, log=lambda line: None) -> list:
     rates, paths = None, []
     for point in (p for s in series(sc) for p in s if p.key() in ok):
         record = ok[point.key()]
-        gpu = by_device_name(record.get("device_name") or "") if record.get("device") == "cuda" else None
+        on_cuda = record.get("device") == "cuda"
+        gpu = by_device_name(record.get("device_name") or "") if on_cuda else None
+        point = on_device(point, "cuda") if on_cuda else point  # the step CUDA ran, even without a table entry
         if gpu is None and rates is None:
             rates = machine_rates(measure=False)
         paths += write_point(target, point, gpu=gpu, rates=None if gpu is not None else rates)

@@ -71,6 +71,7 @@ def later(default, *, choices: tuple = (), kind: str = ""):
 # --- issue 24: optimizer ---
 OPTIMIZERS = ("none", "sgd", "adamw")  # profiler/measure/optimizer.py builds them
 OPTIMIZER_IMPLS = ("", "foreach", "fused", "forloop")  # "": torch's default on the device
+KERNELS = ("", "cuda")  # Point.kernels (issue 39)
 
 
 @dataclass(frozen=True)
@@ -192,8 +193,15 @@ class Point:
     # written into a record; it travels with the point when it is pickled to a worker.
     # Typed loosely: the data model imports nothing of scenarios.
     spec: Optional[object] = field(default=None, compare=False, repr=False)
+    # issue 39: whose kernels a CPU trace of the point follows where they allocate differently
+    # from the CPU's: "" those of the device it runs on; "cuda" CUDA's (a GPU's step predicted on
+    # the CPU: profiler/measure/device_kernels.on_device). Not identity (NOT_IDENTITY): the same
+    # point, traced for another device; the prediction cache keys it (predict/cache.key_of).
+    kernels: str = ""
 
     def __post_init__(self):
+        if self.kernels not in KERNELS:
+            raise ValueError(f"kernels must be one of {KERNELS}, got {self.kernels!r}")
         if self.scope not in SCOPES:
             raise UserError(f"unknown scope {self.scope!r}; choose one of {', '.join(SCOPES)}")
         if self.scope == "attention":
@@ -226,8 +234,9 @@ def variant_family(label) -> str:
     return text.split("[", 1)[0].strip() or text
 
 
-# Point fields that are not identity: the parsed variant is the label's, which is identity already.
-NOT_IDENTITY = ("spec",)
+# Point fields that are not identity: the parsed variant is the label's, which is identity already;
+# the kernels a trace follows are the device's, not the point's.
+NOT_IDENTITY = ("spec", "kernels")
 # Derived from the dataclasses above: Point's own fields with the Shape expanded in place.
 IDENTITY_FIELDS = tuple(
     name for f in fields(Point) if f.name not in NOT_IDENTITY

@@ -47,6 +47,7 @@ def repredict(records: list[dict], run: Path, recalibrate: bool) -> list[dict]:
     """The ok records with predicted_time_* recomputed by the current model (copies)."""
     import json
 
+    from attnprof.profiler.measure.device_kernels import on_device
     from attnprof.profiler.predict.fake_run import predict
     from attnprof.profiler.records import IDENTITY_FIELDS, Point, Shape
     from attnprof.profiler.timemodel.fields import time_fields
@@ -71,6 +72,7 @@ def repredict(records: list[dict], run: Path, recalibrate: bool) -> list[dict]:
         shape = Shape(**{k: v for k, v in ident.items() if k in shape_names})
         point = Point(variant=ident["variant"], mode=ident["mode"], scope=ident["scope"], shape=shape,
                       forward_only=bool(ident["forward_only"]))
+        point = on_device(point, record.get("device") or "cpu")  # the step as the run's device ran it (issue 39)
         out.append({**record, **time_fields(point, predict(point).op_costs, rates)})
     return out
 

@@ -148,7 +148,7 @@ def main() -> int:
             "variant": spec[0], "scope": spec[1], "mode": spec[2], "dtype": spec[3], "seq_len": spec[4],
             "error": m.get("error", ""),
             "model_sdpa_backend": p.sdpa_backend, "measured_sdpa_backend": m.get("measured_sdpa_backend", ""),
-            "predicted_peak_bytes": p.cpu_tensor_peak_bytes,
+            "predicted_peak_bytes": p.traced_peak_bytes,
             "model_allocated_bytes": p.allocated_peak_bytes, "measured_allocated_bytes": m.get("measured_peak_bytes"),
             "allocated_measured_over_model": ratio(m.get("measured_peak_bytes"), p.allocated_peak_bytes),
             "model_reserved_bytes": p.reserved_peak_bytes, "measured_reserved_bytes": m.get("cuda_reserved_peak_bytes"),

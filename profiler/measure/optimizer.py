@@ -188,19 +188,6 @@ def states(optimizer: torch.optim.Optimizer, param: torch.Tensor) -> list:
     return [v for v in optimizer.state.get(param, {}).values() if isinstance(v, torch.Tensor)]
 
 
-def on_device(point, device: str):
-    """``point`` as ``device`` ("cuda", "cuda:1", "cpu") steps it: ``optimizer_impl`` ""
-    resolved to that device's default (foreach on CUDA where torch has the kernels), so a
-    CPU-traced run steps as that device would. The point itself on the CPU (a CPU trace
-    resolves "" so already), without an optimizer, or with an implementation named."""
-    from dataclasses import replace
-
-    shape, kind = point.shape, str(device).split(":")[0]
-    if kind == "cpu" or shape.optimizer == "none" or shape.optimizer_impl:
-        return point
-    return replace(point, shape=replace(shape, optimizer_impl=default_impl(kind)))
-
-
 def host_serials(tracker, optimizer: Optional[torch.optim.Optimizer], step_at: Optional[int],
                  origins: Optional[dict] = None) -> frozenset:
     """The tracker's serials of the storages a GPU step keeps on the host, which take no

@@ -42,6 +42,7 @@ from attnprof.errors import UserError
 from attnprof.profiler.records import Point
 from attnprof.scenarios.variants.registry import spec_of
 from attnprof.scenarios.stack.blocks import Stack
+from attnprof.scenarios.stack.cuda_rms_norm import use_cuda_kernels
 from attnprof.scenarios.stack.lm_head import token_batch
 
 
@@ -134,9 +135,14 @@ class Workload:
         problem = lm_problem(point)
         if problem:
             raise UserError(problem)
+        # issue 39: whose kernels the step follows (Point.kernels, or ``impl_device``: the GPU model's
+        # trace); a CPU run of a GPU's step swaps in the ops CUDA runs where the module cannot tell
+        self.impl_device = impl_device or point.kernels or device.type
         if point.scope == "model":
             with _building(device, dtype):
                 self.module = Stack(spec, shape, point.mode)
+            if self.impl_device == "cuda" and device.type != "cuda":
+                use_cuda_kernels(self.module)  # RMSNorm: one fused kernel each way, not the composite
             self.params = list(self.module.parameters())
             if shape.vocab:  # issue 24: lm. Token ids in, the LM loss out (no dout)
                 ids, self.targets = token_batch(b, n, shape.vocab, device)  # each (B, n) int64
@@ -172,7 +178,7 @@ class Workload:
             self.inputs += [t for t in vars(self.scaler).values() if isinstance(t, torch.Tensor)]  # as inputs
         # --- issue 24: optimizer --- (its states primed: profiler/measure/optimizer.py; ``impl_device``:
         # the device type whose default implementation "" means, when it is not ``device``'s: the GPU model)
-        self.optimizer = build_optimizer(point, self.params, impl_device or device.type) if self.params else None
+        self.optimizer = build_optimizer(point, self.params, self.impl_device) if self.params else None
 
     def forward(self) -> torch.Tensor:
         """The forward pass; returns what ``backward`` starts from: the output (scope

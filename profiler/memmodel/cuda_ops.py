@@ -26,6 +26,9 @@ profiler/measure/tracker.py) so the rules read dtypes and shapes, not guesses.
    blocks (``cuda_reduce.reduce_buffers``: Reduce.cuh's ``setReduceConfig``; it depends on
    the GPU's SM count and compute capability, so only with ``gpu``). A bias gradient's
    column sum takes as much as an (n, 4 d) bfloat16 tensor.
+4. ``native_layer_norm_backward``, ``_fused_rms_norm_backward``: over more than 65,536 rows of a
+   narrow norm, the weight's (and bias's) gradient is summed in partial-sum buffers, then a column
+   sum replaces the gradient the op allocated first (``cuda_norm_backward``; with ``gpu`` only).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from attnprof.profiler.aten_ops import op_base
+from attnprof.profiler.memmodel.cuda_norm_backward import norm_backward_outputs, partial_rows
 from attnprof.profiler.memmodel.cuda_reduce import reduce_buffers
 from attnprof.profiler.records import DTYPE_BYTES
 
@@ -42,6 +46,8 @@ ALLOC, FREE, OP = "alloc", "free", "op"  # = profiler.measure.tracker's (no torc
 LAYER_NORM = "native_layer_norm"
 SOFTMAX_BACKWARD = "_softmax_backward_data"
 REDUCTIONS = frozenset({"sum", "mean"})  # gpu_reduce_kernel with a dtype's own acc type
+RMS_NORM_BACKWARD = "_fused_rms_norm_backward"
+NORM_BACKWARDS = frozenset({"native_layer_norm_backward", RMS_NORM_BACKWARD})  # rule 4
 # at::toAccumulateType(dtype, is_cuda=true) (aten/src/ATen/AccumulateType.h): the CUDA
 # accumulate type of each floating dtype the model knows
 CUDA_ACC = {"bfloat16": "float32", "float16": "float32", "float32": "float32", "float64": "float64"}
@@ -152,5 +158,46 @@ def apply(events: list, gpu=None) -> CudaOps:
                 out.rewritten[base] = out.rewritten.get(base, 0) + 1
                 i = at + 4
                 continue
+        elif gpu is not None and base in NORM_BACKWARDS:
+            added = _norm_partial_sums(ev, i, e, gpu, temps)
+            if added:
+                temps += 1
+                out.rewritten[base] = out.rewritten.get(base, 0) + 1
+                i += added
+                continue
         i += 1
     return out
+
+
+def _norm_partial_sums(ev: list, i: int, e: tuple, gpu, tag: int) -> int:
+    """Rule 4, in place: a norm backward's partial-sum buffers and the column sums that replace
+    its dgamma (and dbeta) (cuda_norm_backward.py); how many events the op now spans, 0 if none."""
+    found = norm_backward_outputs(e[1], (e[2] or {}).get("scalars") or [], _args(e[2]))
+    outs = _outputs_at(ev, i)
+    if found is None or len(outs) != sum(found[2]):
+        return 0
+    m, n, wanted = found
+    rows = partial_rows(m, n, gpu.sm_count)
+    weight = _args(e[2])[4 if op_base(e[1]) == RMS_NORM_BACKWARD else 5]
+    present = [idx for idx, w in enumerate(wanted) if w]  # which of dX, dgamma, dbeta: the outputs' order
+    params = [outs[k] for k, idx in enumerate(present) if idx > 0]  # dgamma, dbeta
+    if not rows or not params or weight.dtype not in DTYPE_BYTES:
+        return 0
+    block_bytes = rows * n * DTYPE_BYTES[weight.dtype]
+    head, tail = [ev[j] for j in outs if j not in params], []
+    firsts, blocks = [], []
+    for k, j in enumerate(params):
+        _, serial, nbytes, op = ev[j]
+        first, part = f"cuda.norm_param_grad#{tag}.{k}", f"cuda.norm_partial_sums#{tag}.{k}"
+        firsts.append((ALLOC, first, nbytes, op))
+        blocks.append((ALLOC, part, block_bytes, op))
+        tail.append((ALLOC, serial, nbytes, op))  # dgamma_blocks.sum(0): the tensor that is returned
+        sizes = reduce_buffers((rows, n), (n, 1), (0,), weight.dtype, gpu.sm_count, gpu.compute_capability)
+        if sizes and sizes[0]:
+            buf, sem = f"cuda.reduce_buffer#n{tag}.{k}", f"cuda.reduce_semaphores#n{tag}.{k}"
+            tail += [(ALLOC, buf, sizes[0], op), (ALLOC, sem, sizes[1], op), (FREE, sem), (FREE, buf)]
+        tail.append((FREE, first))  # the dgamma the op made first, replaced
+    tail += [(FREE, b[1]) for b in reversed(blocks)]  # dbeta_blocks, then dgamma_blocks, on return
+    new = head + firsts + blocks + tail
+    ev[outs[0]:outs[-1] + 1] = new
+    return 1 + len(new)

@@ -118,7 +118,7 @@ class GpuPrediction:
     total_bytes: int = field(metadata=_record("gpu_total_bytes"))
     fits: bool = field(metadata=_record("gpu_fits"))
     memory_bytes: int
-    cpu_tensor_peak_bytes: int  # the CPU kernels' tensor peak (= predicted_peak_bytes)
+    traced_peak_bytes: int  # the trace's tensor peak: the step as CUDA runs it (= predict(on_device(point, "cuda")))
     cublas_workspaces: int = 0
     cublas_workspace_bytes: int = 0
     notes: list = field(default_factory=list, metadata=_record("gpu_note"))  # joined with "; "
@@ -228,7 +228,7 @@ def gpu_memory(point: Point, gpu: GpuSpec, cache: Optional[TraceCache] = None,
     (c10/cuda/CUDACachingAllocator.cpp). ``fits`` is then against the budget."""
     cache = cache or TraceCache()
     trace = cache.get(point)
-    cpu_peak = trace.tensor_peak_bytes  # the CPU kernels' peak: predicted_peak_bytes
+    traced_peak = trace.tensor_peak_bytes  # the step as CUDA runs it: predict(on_device(point, "cuda"))'s peak
     backend, reason = "", "the variant calls no scaled_dot_product_attention"
     choice = sdpa_choice(point, gpu, trace.events)
     if choice is not None:
@@ -261,4 +261,4 @@ def gpu_memory(point: Point, gpu: GpuSpec, cache: Optional[TraceCache] = None,
                          f"figures are what it would need")
     return GpuPrediction(gpu.key, backend, reason, result.tensor_peak_bytes, result.allocated_peak_bytes,
                          result.reserved_peak_bytes, gpu.context_bytes, total, fits, gpu.memory_bytes,
-                         cpu_peak, workspaces, cublas_workspace_bytes(gpu), notes)
+                         traced_peak, workspaces, cublas_workspace_bytes(gpu), notes)

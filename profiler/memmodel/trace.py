@@ -11,8 +11,9 @@ means what torch.optim picks for CUDA parameters (foreach where torch has the ke
 profiler/measure/optimizer.py). Its 0-dim ``step`` tensors, which torch keeps on the host
 unless fused or capturable (``optimizer.host_counters``), are left out of the events: they
 take no device memory; nor does the 0-dim ``torch.tensor(1.0)`` a foreach step adds to them
-(``optimizer.host_serials``). The tracker's own peak (``tensor_peak_bytes``, the CPU run's) still
-counts them.
+(``optimizer.host_serials``). The tracker's own peak (``tensor_peak_bytes``, that of
+``predict(on_device(point, "cuda"))``: the step as CUDA runs it, RMSNorm's fused kernel included,
+profiler/measure/device_kernels.py) still counts them.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ ALLOC = "alloc"  # = profiler.measure.tracker's (imported with torch, inside rec
 class Trace:
     point: Point
     events: list  # profiler.measure.tracker event tuples, in order
-    tensor_peak_bytes: int  # the tracker's peak: equals predict.fake_run.predict's predicted peak
+    tensor_peak_bytes: int  # the tracker's peak: equals predict.fake_run.predict(on_device(point, "cuda"))'s
     sdpa_math: bool = False  # recorded with SDPA forced onto its math path
     wall_ms: float = 0.0
     counts: dict = field(default_factory=dict)  # event kind -> how many

@@ -4,7 +4,8 @@ One JSON file per point under ``$ATTNPROF_CACHE_DIR``, else ``$XDG_CACHE_HOME/at
 else ``~/.cache/attnprof`` (``predictions/<sha256 of the key>.json``). The key holds
 everything a prediction depends on: the entry schema, torch's version, attnprof's
 version *and a digest of its source files* (a development checkout changes code without
-changing the version), the point's identity (``Point.key()``) and the variant's resolved
+changing the version), the point's identity (``Point.key()``), whose kernels it was traced with
+(``Point.kernels``: a GPU's step predicted on the CPU) and the variant's resolved
 options. A plug-in variant (``module:Class`` or an entry point) is keyed by its module
 file's content as well; one whose file cannot be read is not cached.
 
@@ -112,7 +113,7 @@ def key_of(point: Point) -> Optional[dict]:
     if not builtin and plugin is None:
         return None
     return {**versions(), "point": list(point.key()), "options": {k: _plain(v) for k, v in sorted(options.items())},
-            "plugin": plugin}
+            "plugin": plugin, "kernels": point.kernels}  # issue 39: the same point traced as CUDA runs it differs
 
 
 def versions() -> dict:

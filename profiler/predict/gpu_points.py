@@ -12,7 +12,7 @@ from typing import Optional
 
 from attnprof.profiler.hardware.checked import FIELD as CHECKED, how_sure
 from attnprof.profiler.hardware.gpus import GpuSpec
-from attnprof.profiler.measure.optimizer import on_device
+from attnprof.profiler.measure.device_kernels import on_device
 from attnprof.profiler.memmodel.gpu_peak import GPU_FIELDS, GpuPrediction, TraceCache, gpu_memory
 from attnprof.profiler.predict.fake_run import predict
 from attnprof.profiler.predict.pool import spread
@@ -148,7 +148,7 @@ def _series_search(job) -> tuple[list[dict], dict]:
         if lo >= 0:
             best = lengths[lo]
             row = {**point_at(best).identity(), **at(best)[gpu.key].fields(),
-                   "predicted_peak_bytes": at(best)[gpu.key].cpu_tensor_peak_bytes,
+                   "predicted_peak_bytes": at(best)[gpu.key].traced_peak_bytes,
                    CHECKED: how_sure(point_at(best).identity(), gpu)}
         rows.append({**row, "gpu": gpu.key, "budget_bytes": budget_bytes, "limit_bytes": limit_bytes,
                      "longest_fitting_seq_len": lengths[lo] if lo >= 0 else None, "limited_by": reason})

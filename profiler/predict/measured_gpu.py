@@ -13,12 +13,12 @@ and ``claimed_ranges(rows)`` gives the ranges such a check may state.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Optional
 
 from attnprof.errors import UserError
-from attnprof.profiler.records import Point, Shape
+from attnprof.profiler.records import Point, Shape, with_identity_defaults
 
 FORMAT = "attnprof-gpu-measurements"
 RATIOS = ("allocated_ratio", "reserved_ratio", "total_ratio", "time_ratio")  # compare()'s measured / model
@@ -71,10 +71,15 @@ def load_measured(path: Path) -> tuple[dict, list[Measured]]:
         what = f"point {i}"
         try:
             mode = r["mode"] if r["scope"] == "model" else "plain"
-            shape = Shape(batch=r["batch"], seq_len=r["seq_len"], d_model=r["d_model"], heads=r["heads"],
-                          layers=r["layers"], dtype=r["dtype"])
-            point = Point(r["variant"], mode, r["scope"], shape)
-        except (KeyError, TypeError, ValueError) as e:
+            # every Shape field the file holds (a later one it lacks: its default): a point measured with
+            # RMSNorm, grouped KV heads or an optimizer is modelled with them
+            full = with_identity_defaults(r)
+            shape = Shape(**{f.name: full[f.name] for f in fields(Shape) if f.name in full})
+            forward_only = r.get("forward_only", False)
+            if not isinstance(forward_only, bool):
+                raise ValueError("forward_only is not true or false")
+            point = Point(r["variant"], mode, r["scope"], shape, forward_only)
+        except (KeyError, TypeError, ValueError, UserError) as e:
             raise UserError(f"measurements: {what}: {e}") from None
         out.append(Measured(point, str(r.get("source", "")), str(r.get("measured_sdpa_backend") or ""),
                             _int(r.get("measured_allocated_peak_bytes"), what),

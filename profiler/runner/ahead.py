@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 
-from attnprof.profiler.measure.optimizer import on_device
+from attnprof.profiler.measure.device_kernels import on_device
 from attnprof.profiler.predict.fake_run import predict
 from attnprof.profiler.records import Point
 from attnprof.scenarios.plan import shape_problem

@@ -88,7 +88,7 @@ def add_time_fields(record, point: Point, op_costs: list, settings: dict) -> Non
 def predicted_step_ms(point: Point, settings: dict) -> Optional[float]:
     """The model's forward + backward ms of ``point`` (its prediction is cached on disk, so
     the worker that measures it later reads it back), or None."""
-    from attnprof.profiler.measure.optimizer import on_device
+    from attnprof.profiler.measure.device_kernels import on_device
     from attnprof.profiler.predict.fake_run import predict
     from attnprof.profiler.timemodel.fields import point_time
 

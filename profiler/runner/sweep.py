@@ -31,7 +31,7 @@ from typing import Callable, Optional
 
 from attnprof.profiler import safeio
 from attnprof.profiler.forks import usable_cores
-from attnprof.profiler.measure.optimizer import on_device
+from attnprof.profiler.measure.device_kernels import on_device
 from attnprof.profiler.predict.fake_run import predict
 from attnprof.profiler.runner.ahead import predict_ahead
 from attnprof.profiler.runner.executors import EXECUTORS, Executor, make_executor

@@ -28,7 +28,7 @@ import torch
 
 from attnprof.profiler.lifeline import die_with_parent
 from attnprof.profiler.measure.accounting import account
-from attnprof.profiler.measure.optimizer import on_device
+from attnprof.profiler.measure.device_kernels import on_device
 from attnprof.profiler.predict.fake_run import predict
 from attnprof.profiler.runner.estimate import add_time_fields
 from attnprof.profiler.runner.failures import failure_reason, keep_traceback, row_of

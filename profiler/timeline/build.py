@@ -20,7 +20,8 @@ from typing import Optional
 
 from attnprof.profiler.hardware.gpus import GpuSpec
 from attnprof.profiler.measure.drive import trace_point
-from attnprof.profiler.measure.optimizer import on_device, on_the_device
+from attnprof.profiler.measure.device_kernels import on_device
+from attnprof.profiler.measure.optimizer import on_the_device
 from attnprof.profiler.measure.tracker import MARK, OP
 from attnprof.profiler.records import Point
 from attnprof.profiler.timeline.allocations import Allocations, simulated, synthetic

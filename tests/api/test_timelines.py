@@ -88,3 +88,25 @@ def test_at_scope_attention_the_gpu_snapshot_has_predicts_gpu_peaks(tmp_path):
     assert record["gpu_sdpa_backend"] == "cudnn"
     assert snap.allocated_peak_bytes == record["gpu_allocated_peak_bytes"]
     assert snap.reserved_peak_bytes == record["gpu_reserved_peak_bytes"]
+
+
+@pytest.mark.parametrize("device, device_name, kernels", [("cuda", "a GPU of no table entry", "cuda"),
+                                                          ("cpu", "", "")])
+def test_a_cuda_runs_predicted_timelines_trace_the_step_cuda_ran(tmp_path, monkeypatch, device, device_name, kernels):
+    """sweep --timeline: beside a CUDA run's real snapshots, the predicted timeline traces CUDA's
+    kernels (RMSNorm's fused one) even where the GPU has no table entry; a CPU run's, the CPU's."""
+    from attnprof.api import timelines
+    from attnprof.profiler.records import PointRecord
+    from attnprof.profiler.runner.storage import append_record
+    from attnprof.profiler.timeline import files
+    from attnprof.scenarios.plan import series
+    from attnprof.scenarios.scenario import Scenario
+
+    sc = Scenario(variants=("sdpa",), modes=("plain",), seq_lens=(64,), d_model=32, heads=2, layers=1, norm="rmsnorm")
+    point = series(sc)[0][0]
+    ident = point.identity()
+    append_record(tmp_path, PointRecord(**ident, status="ok", device=device, device_name=device_name))
+    seen = []
+    monkeypatch.setattr(files, "write_point", lambda folder, p, gpu=None, rates=None: seen.append((p, gpu)) or [])
+    timelines.write_run_timelines(sc, tmp_path)
+    assert [(p.key(), p.kernels, gpu) for p, gpu in seen] == [(point.key(), kernels, None)]

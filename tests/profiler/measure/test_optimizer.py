@@ -10,7 +10,7 @@ import torch
 
 from attnprof.errors import UserError
 from attnprof.profiler.measure.accounting import account
-from attnprof.profiler.measure.optimizer import SGD_MOMENTUM, default_impl, on_device, resolved_impl
+from attnprof.profiler.measure.optimizer import SGD_MOMENTUM, default_impl, resolved_impl
 from attnprof.profiler.measure.workload import Workload
 from attnprof.profiler.predict import fake_run
 from attnprof.profiler.predict.fake_run import predict
@@ -244,15 +244,3 @@ def test_amp_fp16_steps_through_its_grad_scaler_exactly(mode, monkeypatch):
     work = Workload(point)
     work.step()
     assert calls == ["unscale_", "update"]  # the gradients unscaled before the step, the scale updated after
-
-
-def test_on_device_writes_out_the_implementation_that_device_would_run():
-    """issue 24: a GPU's prediction (the memory model, the GPU time model, the GPU timeline, a
-    CUDA sweep's predicted peak) traces the step that device runs: foreach by default on CUDA."""
-    adamw = Point("sdpa", "plain", "model", Shape(seq_len=64, d_model=32, heads=2, optimizer="adamw"))
-    assert on_device(adamw, "cpu") is adamw and on_device(adamw, "cuda:1").shape.optimizer_impl == default_impl("cuda")
-    assert default_impl("cuda") == "foreach" and on_device(adamw, "cuda").variant == adamw.variant
-    named = Point("sdpa", "plain", "model", Shape(seq_len=64, d_model=32, heads=2, optimizer="adamw",
-                                                  optimizer_impl="forloop"))
-    plain = Point("sdpa", "plain", "model", Shape(seq_len=64, d_model=32, heads=2))
-    assert on_device(named, "cuda") is named and on_device(plain, "cuda") is plain

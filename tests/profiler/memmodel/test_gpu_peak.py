@@ -7,6 +7,7 @@ from typer.testing import CliRunner
 
 from attnprof import api
 from attnprof.cli import app
+from attnprof.profiler.measure.device_kernels import on_device
 from attnprof.profiler.memmodel.gpu_peak import GPU_FIELDS, TraceCache, gpu_memory
 from attnprof.profiler.predict.gpu_points import predict_gpu
 from attnprof.profiler.hardware.gpus import ENV_VAR, get_gpu
@@ -43,7 +44,7 @@ def test_tensor_le_allocated_le_reserved_le_total(point):
         r = predict_gpu(point, gpu, cache)
         assert 0 < r.tensor_peak_bytes <= r.allocated_peak_bytes <= r.reserved_peak_bytes <= r.total_bytes
         assert r.total_bytes == gpu.context_bytes + r.reserved_peak_bytes and r.fits
-        assert r.cpu_tensor_peak_bytes == predict(point, exact=True, count_flops=False).peak_bytes
+        assert r.traced_peak_bytes == predict(on_device(point, "cuda"), exact=True, count_flops=False).peak_bytes
         assert r.allocated_peak_bytes - r.tensor_peak_bytes < 512 * 4096  # rounding: < 512 B per block
         assert r.reserved_peak_bytes % (2 << 20) == 0  # segments: multiples of 2 MiB
         # matmuls in forward, and in backward (autograd's thread): one cuBLAS workspace each

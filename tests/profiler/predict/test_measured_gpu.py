@@ -41,6 +41,25 @@ def test_a_negative_or_non_finite_figure_is_refused(tmp_path):
         load_measured(f)
 
 
+def test_every_identity_field_of_a_measured_point_is_honoured(tmp_path):
+    """A point measured with RMSNorm, SwiGLU, grouped KV heads and an optimizer is modelled with
+    them (the GPU check's measurements file keeps every identity field); one without them (the
+    committed H200 points) means the defaults."""
+    doc = json.loads(DATA.read_text())
+    doc["points"][0].update(norm="rmsnorm", mlp="swiglu", kv_heads=4, optimizer="adamw", optimizer_impl="foreach",
+                            heads=16, forward_only=False)
+    f = tmp_path / "m.json"
+    f.write_text(json.dumps(doc))
+    shape = load_measured(f)[1][0].point.shape
+    assert (shape.norm, shape.mlp, shape.kv_heads, shape.optimizer, shape.optimizer_impl) == \
+        ("rmsnorm", "swiglu", 4, "adamw", "foreach")
+    assert load_measured(DATA)[1][0].point.shape.norm == "layernorm"
+    doc["points"][0]["forward_only"] = "yes"
+    f.write_text(json.dumps(doc))
+    with pytest.raises(UserError, match="forward_only"):
+        load_measured(f)
+
+
 def test_the_ratio_table_says_what_is_modelled_and_prints_a_missing_ratio_as_a_dash():
     from attnprof.profiler.predict.measured_gpu import ratio_lines
 

@@ -9,7 +9,7 @@ import pytest
 def test_predict_ahead_leaves_every_point_in_the_cache_for_its_worker():
     """A CUDA sweep predicts its points over the cores before measuring any: the worker then
     reads its prediction (the step as the device runs it) instead of tracing it."""
-    from attnprof.profiler.measure.optimizer import on_device
+    from attnprof.profiler.measure.device_kernels import on_device
     from attnprof.profiler.predict import cache as prediction_cache
     from attnprof.profiler.records import Point, Shape
     from attnprof.profiler.runner.ahead import predict_ahead, predict_points

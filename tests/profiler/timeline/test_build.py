@@ -5,7 +5,7 @@ import pytest
 from timeline_points import RATES, point, timeline_of, small  # noqa: F401 (fixtures)
 
 from attnprof.profiler.hardware.gpus import get_gpu
-from attnprof.profiler.measure.optimizer import on_device
+from attnprof.profiler.measure.device_kernels import on_device
 from attnprof.profiler.memmodel.gpu_peak import gpu_memory
 from attnprof.profiler.predict.fake_run import predict
 from attnprof.profiler.predict.gpu_points import predict_gpu

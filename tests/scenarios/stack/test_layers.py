@@ -8,6 +8,7 @@ from torch import nn
 
 from attnprof.profiler.records import Shape, ShapeError
 from attnprof.scenarios.stack import layers
+from attnprof.scenarios.stack.cuda_rms_norm import CudaRMSNorm
 from attnprof.scenarios.stack.blocks import Stack
 from attnprof.scenarios.stack.layers import RMS_EPS, RMSNorm, RMSNormFallback, SwiGLU, mlp_layer, norm_layer
 from attnprof.scenarios.variants.registry import parse_variant
@@ -70,8 +71,9 @@ def test_the_swiglu_reference_tells_the_gate_from_the_up_projection():
     assert not torch.allclose(mlp(x).detach(), swapped, rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("make", [lambda: RMSNorm(D, eps=RMS_EPS), lambda: RMSNormFallback(D)],
-                         ids=["torch", "fallback"])
+@pytest.mark.parametrize("make", [lambda: RMSNorm(D, eps=RMS_EPS), lambda: RMSNormFallback(D),
+                                  lambda: CudaRMSNorm(RMSNorm(D, eps=RMS_EPS))],
+                         ids=["torch", "fallback", "cuda-fused"])  # cuda-fused: a GPU's step traced on the CPU
 def test_rmsnorm_equals_its_dense_reference_forward_and_gradients(make):
     norm = make().double()
     with torch.no_grad():
