@@ -67,16 +67,17 @@ def drive(work, tracker: MemoryTracker, *, track_parameters: Optional[Callable[[
         tracker.phase = name  # issue 24: the pass the peak is reached in
         phase(name)
 
-    enter("forward")
-    result = work.forward()  # the output (scope attention) or the loss (scope model)
-    if not work.point.forward_only:
-        enter("backward")
-        work.backward(result)
-        tracker.mark_gradients(work.grads())
-        if getattr(work, "optimizer", None) is not None:  # --- issue 24: optimizer ---
-            enter("step")
-            step_pass(work, tracker)
-    del result
+    with getattr(work, "kernels", contextlib.nullcontext)():  # issue 39: CUDA's autocast lists, for a GPU's step
+        enter("forward")
+        result = work.forward()  # the output (scope attention) or the loss (scope model)
+        if not work.point.forward_only:
+            enter("backward")  # (a checkpoint's recomputation re-enters autocast here)
+            work.backward(result)
+            tracker.mark_gradients(work.grads())
+            if getattr(work, "optimizer", None) is not None:  # --- issue 24: optimizer ---
+                enter("step")
+                step_pass(work, tracker)
+        del result
 
 
 # --- issue 24: optimizer -----------------------------------------------------------------

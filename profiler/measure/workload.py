@@ -36,6 +36,7 @@ import contextlib
 import torch
 from torch import nn
 
+from attnprof.profiler.measure.cuda_autocast import cuda_autocast
 from attnprof.profiler.measure.optimizer import build as build_optimizer  # issue 24: optimizer
 from attnprof.profiler.measure.optimizer import states as optimizer_states
 from attnprof.errors import UserError
@@ -174,6 +175,9 @@ class Workload:
         self.dout = None if point.forward_only or out_shape is None else torch.randn(out_shape, device=device,
                                                                                        dtype=dtype)
         self.autocast, self.scaler = mixed_precision(point, device)  # --- issue 24: precision ---
+        # issue 39: a GPU's mixed-precision step traced on the CPU casts as CUDA's autocast does
+        self.kernels = (cuda_autocast if shape.autocast and self.impl_device == "cuda" and device.type != "cuda"
+                        else contextlib.nullcontext)
         if self.scaler is not None:  # its scale and growth tracker: state that exists before the step, counted
             self.inputs += [t for t in vars(self.scaler).values() if isinstance(t, torch.Tensor)]  # as inputs
         # --- issue 24: optimizer --- (its states primed: profiler/measure/optimizer.py; ``impl_device``:

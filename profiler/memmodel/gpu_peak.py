@@ -239,9 +239,8 @@ def gpu_memory(point: Point, gpu: GpuSpec, cache: Optional[TraceCache] = None,
     notes = list(sub.notes) + dropout_notes(point)
     if gpu.context_estimated:
         notes.append(f"CUDA context estimated at {gpu.context_bytes >> 20} MiB")
-    if point.shape.autocast:  # issue 24: the trace is a CPU run's (docs/accounting.md, "Mixed precision")
-        notes.append(f"autocast {point.shape.autocast} traced with CPU autocast's op lists; CUDA's keep more ops "
-                     f"in float32")
+    if point.shape.autocast:  # issue 39: the CPU run's autocast follows CUDA's lists (measure/cuda_autocast.py)
+        notes.append(f"autocast {point.shape.autocast} traced with CUDA autocast's op lists, applied on the CPU")
     workspaces = sum(1 for e in sub.events if e[0] == ALLOC and str(e[1]).startswith("cublas.workspace"))
     memory = gpu.memory_bytes if limit_bytes is None else min(gpu.memory_bytes, limit_bytes)
     if memory < gpu.memory_bytes:

@@ -117,14 +117,15 @@ def measure_point(point: Point, settings: dict) -> PointRecord:
         record.reason = scope_note(point)  # how the point was measured, when it needs saying
         record.kv_repeat = kv_repeat(point)  # issue 24: how K/V reached the query heads
         with phase(record, "predict"):
-            pred = predict(on_device(point, device))  # issue 24: the step as this device runs it
-        record.predicted_peak_bytes = pred.peak_bytes
-        record.predicted_breakdown_bytes = pred.breakdown_bytes
-        record.predicted_peak_op, record.predicted_peak_pass = pred.peak_op, pred.peak_pass  # issue 24: peak split
-        record.flops_fwd, record.flops_bwd = pred.flops_fwd, pred.flops_bwd
-        add_time_fields(record, point, pred.op_costs, settings)
+            pred = predict_for(point, device, record)  # issue 24: the step as this device runs it
+        if pred is not None:
+            record.predicted_peak_bytes = pred.peak_bytes
+            record.predicted_breakdown_bytes = pred.breakdown_bytes
+            record.predicted_peak_op, record.predicted_peak_pass = pred.peak_op, pred.peak_pass  # issue 24: peak split
+            record.flops_fwd, record.flops_bwd = pred.flops_fwd, pred.flops_bwd
+            add_time_fields(record, point, pred.op_costs, settings)
         limit = memory_limit(settings)
-        if limit and pred.peak_bytes > limit:
+        if limit and pred is not None and pred.peak_bytes > limit:
             record.status = "skipped"
             _add_reason(record, f"predicted peak {fmt_bytes(pred.peak_bytes)} exceeds the memory limit "
                                 f"{fmt_bytes(limit)}")
@@ -151,6 +152,20 @@ def measure_point(point: Point, settings: dict) -> PointRecord:
         record.point_wall_s = round(time.perf_counter() - started, 4)
         record.finished_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     return record
+
+
+def predict_for(point: Point, device: str, record: PointRecord):
+    """The point's prediction as ``device`` runs it. On a GPU a prediction that fails costs the
+    prediction, not the measurement (None, and the reason says why): the GPU's own allocator
+    stops a point that does not fit, as an ``oom`` status. On the CPU it is the point's error:
+    the prediction is what keeps a point that would not fit this machine's memory from running."""
+    try:
+        return predict(on_device(point, device))
+    except Exception as exc:  # noqa: BLE001 - e.g. a plug-in that breaks under fake tensors
+        if device == "cpu":
+            raise
+        _add_reason(record, f"measured without a prediction: {failure_reason(exc)}")
+        return None
 
 
 @contextlib.contextmanager

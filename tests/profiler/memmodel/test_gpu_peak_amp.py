@@ -1,6 +1,6 @@
 """The GPU memory model of an autocast point (issue 24): SDPA's backend is chosen for the
 dtype the traced SDPA ran in (autocast's), not the float32 parameters'; the note says the
-trace follows CPU autocast's op lists."""
+trace follows CUDA autocast's op lists (profiler/measure/cuda_autocast.py)."""
 
 from __future__ import annotations
 
@@ -21,5 +21,5 @@ def test_sdpa_is_chosen_for_the_autocast_dtype():
     amp = gpu_memory(point(autocast="bfloat16"), gpu)
     assert amp.sdpa_backend == gpu_memory(point(dtype="bfloat16"), gpu).sdpa_backend
     assert amp.sdpa_backend != gpu_memory(point(), gpu).sdpa_backend  # float32 q would rule flash/cudnn out
-    assert any("CPU autocast" in note for note in amp.notes)
+    assert any("CUDA autocast's op lists" in note for note in amp.notes)
     assert not any("autocast" in note for note in gpu_memory(point(), gpu).notes)

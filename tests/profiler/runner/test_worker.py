@@ -97,3 +97,20 @@ def test_the_record_goes_down_the_result_pipe_as_its_row():
     row = reader.recv()
     reader.close()
     assert PointRecord.from_dict(row).status == "ok" and row["seq_len"] == 64 and row["worker_pid"] == os.getpid()
+
+
+def test_on_a_gpu_a_failed_prediction_costs_the_prediction_not_the_measurement(monkeypatch):
+    """A point whose prediction fails is still measured on a GPU (its allocator stops a point that
+    does not fit), with the reason saying so; on the CPU it is the point's error (the prediction
+    is what keeps an oversized point from running there)."""
+    from attnprof.profiler.runner import worker
+
+    def broken(point):
+        raise RuntimeError("a plug-in that breaks under fake tensors\nmore lines")
+
+    monkeypatch.setattr(worker, "predict", broken)
+    record = PointRecord(**POINT.identity(), device="cuda")
+    assert worker.predict_for(POINT, "cuda:0", record) is None
+    assert record.reason.startswith("measured without a prediction: RuntimeError: a plug-in that breaks")
+    with pytest.raises(RuntimeError, match="plug-in"):
+        worker.predict_for(POINT, "cpu", PointRecord(**POINT.identity()))
