@@ -20,7 +20,11 @@ that requires grad, cast to the low-precision dtype, is cast once per autocast r
 is dropped when the outermost region exits, as ``torch.clear_autocast_cache`` drops torch's),
 ``set_opt_dtype`` (the first tensor argument eligible: a missing dtype becomes float32),
 ``promote_type`` (float32 if any eligible argument is, else the low-precision dtype), or
-``fp32_append_dtype`` (``norm``: its dtype overload with float32).
+``fp32_append_dtype`` (``norm``: its dtype overload with float32, the arguments the dispatcher left
+out at their defaults). One device branch below autocast is followed too: ``softmax`` and
+``log_softmax`` of a CUDA float16 input with dtype float32 run ``_softmax(x, dim, half_to_float=True)``
+(aten/src/ATen/native/SoftMax.cpp), with no float32 copy of the input; the CPU's kernel refuses that
+flag, so such a point is predicted on fake tensors only (predict/fake_run.small_point).
 
 The policies are torch's lists (autocast_mode.h's AT_FORALL_* macros and autocast_mode.cpp's CUDA
 registrations); which ops the running torch registers for AutocastCUDA is read from the
@@ -31,6 +35,7 @@ binary's own AutocastCUDA kernel, run on fake CUDA tensors (a forward needs no G
 from __future__ import annotations
 
 import contextlib
+import threading
 import warnings
 import weakref
 
@@ -67,12 +72,15 @@ for _policy, _names in (
 # fp32_append_dtype: the overload each redispatches to, with a trailing dtype
 _APPENDED = {"norm.Scalar": "ScalarOpt_dtype", "norm.ScalarOpt_dim": "ScalarOpt_dim_dtype",
              "norm.names_ScalarOpt_dim": "names_ScalarOpt_dim_dtype"}
+_HALF_TO_FLOAT = {"softmax.int": torch.ops.aten._softmax.default,
+                  "log_softmax.int": torch.ops.aten._log_softmax.default}
 BANNED_MESSAGE = ("torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to autocast. Many "
                   "models use a sigmoid layer right before the binary cross entropy layer. In this case, combine the "
                   "two layers using torch.nn.functional.binary_cross_entropy_with_logits or torch.nn.BCEWithLogitsLoss.")
 
 _KEY = torch._C.DispatchKey.AutocastCPU
 _state = {"depth": 0, "library": None, "cache": {}}
+_LOCK = threading.RLock()  # the registration and _state are the process's
 
 
 def _op(name: str):
@@ -81,7 +89,8 @@ def _op(name: str):
 
 
 def _eligible(t) -> bool:
-    """autocast's is_eligible, the device aside: a floating tensor that is not float64."""
+    """autocast's is_eligible, the device aside (every tensor of a traced GPU step stands for a CUDA
+    one): a floating tensor that is not float64."""
     return isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != torch.float64
 
 
@@ -91,14 +100,16 @@ def _cached_cast(to: torch.dtype, arg, lower: torch.dtype):
     if not _eligible(arg) or arg.dtype == to:
         return arg
     cacheable = (to == lower and arg.dtype == torch.float32 and arg.requires_grad and arg.is_leaf
-                 and not arg._is_view() and torch.is_autocast_cache_enabled())
+                 and not arg._is_view() and torch.is_autocast_cache_enabled()
+                 and not torch.is_inference_mode_enabled())  # cached_cast: no cache in inference mode
     if not cacheable:
         return arg.to(to)
     cache = _state["cache"]
     hit = cache.get(id(arg))
     if hit is not None and hit[0]() is arg:
         return hit[1]
-    cast = arg.to(to)
+    with torch.enable_grad():  # cached_cast makes a cached cast with grad on: a later use needs its grad_fn
+        cast = arg.to(to)
     cache[id(arg)] = (weakref.ref(arg), cast)
     return cast
 
@@ -124,15 +135,23 @@ def _kernel(name: str, policy: str):
             first_ok = bool(tensors) and _eligible(tensors[0])
             if policy in (LOWER, FP32, PROMOTE):
                 to = lower if policy == LOWER else torch.float32
-                if policy == PROMOTE:
-                    to = torch.float32 if any(_eligible(t) and t.dtype == torch.float32 for t in tensors) else lower
+                if policy == PROMOTE:  # prioritize(): Tensor and Tensor[] arguments, not optional ones
+                    counted = [t for a in schema if a.name in bound and not str(a.type).startswith("Optional")
+                               and "?" not in str(a.type) for t in _tensors(bound[a.name])]
+                    to = torch.float32 if any(_eligible(t) and t.dtype == torch.float32 for t in counted) else lower
                 bound = {k: _cached_cast(to, v, lower) for k, v in bound.items()}
             elif policy == SET_OPT_DTYPE and first_ok and "dtype" in (a.name for a in schema):
                 if bound.get("dtype") is None:
                     bound["dtype"] = torch.float32
+                    x = tensors[0]
+                    if x.dtype == torch.float16 and name in _HALF_TO_FLOAT:
+                        # softmax / log_softmax (SoftMax.cpp): a CUDA half input with dtype float is
+                        # _softmax(x, dim, half_to_float=True): no float32 copy of the input
+                        return _HALF_TO_FLOAT[name](x, bound["dim"], True)
             elif policy == APPEND_DTYPE and first_ok:
                 target = getattr(getattr(torch.ops.aten, "norm"), _APPENDED[name])
-                return target(*[bound[a.name] for a in schema if a.name in bound], dtype=torch.float32)
+                values = [bound[a.name] if a.name in bound else a.default_value for a in schema]  # (the dispatcher
+                return target(*values, dtype=torch.float32)  # leaves out trailing defaults; the overload needs them)
             positional = [bound[a.name] for a in schema if not a.kwarg_only and a.name in bound]
             keywords = {a.name: bound[a.name] for a in schema if a.kwarg_only and a.name in bound}
             return op(*positional, **keywords)
@@ -160,7 +179,19 @@ def _has_op(name: str) -> bool:
 
 @contextlib.contextmanager
 def cuda_autocast():
-    """While entered, ``torch.autocast("cpu", ...)`` casts as CUDA's autocast would (see above)."""
+    """While entered, ``torch.autocast("cpu", ...)`` casts as CUDA's autocast would (see above).
+    The registration is the process's: one thread at a time holds the context (another waits), and
+    nothing else in the process may run CPU autocast meanwhile (attnprof traces in one thread)."""
+    _LOCK.acquire()
+    try:
+        with _registered():
+            yield
+    finally:
+        _LOCK.release()
+
+
+@contextlib.contextmanager
+def _registered():
     if _state["depth"] == 0:
         lib = torch.library.Library("aten", "IMPL")
         try:

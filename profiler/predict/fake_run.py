@@ -84,6 +84,8 @@ def small_point(point: Point) -> bool:
     s = point.shape
     if s.dtype != "float32" or (s.autocast and cls.__module__ in _AUTOCAST_FAKE_ONLY):  # issue 24: see above
         return False
+    if s.autocast == "float16" and point.kernels == "cuda":  # issue 39: CUDA's half-to-float softmax, which
+        return False  # the CPU's kernel refuses (measure/cuda_autocast.py): fake tensors only
     options = cls.resolve_options(spec.options)
     factor = max([1] + [v for v in options.values() if isinstance(v, int) and not isinstance(v, bool)])
     hidden = s.d_ff * (2 if s.mlp == "swiglu" else 1)  # issue 24: swiglu's two hidden tensors

@@ -125,6 +125,10 @@ def measure_point(point: Point, settings: dict) -> PointRecord:
             record.flops_fwd, record.flops_bwd = pred.flops_fwd, pred.flops_bwd
             add_time_fields(record, point, pred.op_costs, settings)
         limit = memory_limit(settings)
+        if pred is None and settings.get("mem_limit_bytes") is not None:  # nothing to hold to --mem-limit
+            record.status = "skipped"
+            _add_reason(record, "not run: --mem-limit needs a prediction")
+            return record
         if limit and pred is not None and pred.peak_bytes > limit:
             record.status = "skipped"
             _add_reason(record, f"predicted peak {fmt_bytes(pred.peak_bytes)} exceeds the memory limit "
@@ -144,7 +148,8 @@ def measure_point(point: Point, settings: dict) -> PointRecord:
             _timing_pass(point, record, settings, record.point_phases_s["memory_pass"])
     except Exception as exc:  # noqa: BLE001 - any failure of one point is that point's result
         record.status = "oom" if is_oom(exc) else "error"
-        record.reason = failure_reason(exc)  # issue 38: type, first line, innermost attnprof frame
+        at = record.reason.find(UNPREDICTED)  # a GPU point measured without a prediction keeps saying so
+        record.reason = failure_reason(exc) + (f"; {record.reason[at:]}" if at >= 0 else "")  # issue 38
         keep_traceback(record, exc)  # the sweep writes it to RUN/logs (failures.py)
         if record.status == "error" and settings.get("debug"):
             traceback.print_exc()
@@ -152,6 +157,9 @@ def measure_point(point: Point, settings: dict) -> PointRecord:
         record.point_wall_s = round(time.perf_counter() - started, 4)
         record.finished_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     return record
+
+
+UNPREDICTED = "measured without a prediction"
 
 
 def predict_for(point: Point, device: str, record: PointRecord):
@@ -164,7 +172,7 @@ def predict_for(point: Point, device: str, record: PointRecord):
     except Exception as exc:  # noqa: BLE001 - e.g. a plug-in that breaks under fake tensors
         if device == "cpu":
             raise
-        _add_reason(record, f"measured without a prediction: {failure_reason(exc)}")
+        _add_reason(record, f"{UNPREDICTED}: {failure_reason(exc)}")
         return None
 
 

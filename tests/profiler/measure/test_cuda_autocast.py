@@ -32,8 +32,8 @@ class _Ops(TorchDispatchMode):
         return out
 
 
-def _cases(dev: str) -> dict:
-    bf = lambda *s: torch.randn(*s, device=dev, dtype=torch.bfloat16)  # noqa: E731 (fake: no values)
+def _cases(dev: str, low: torch.dtype) -> dict:
+    bf = lambda *s: torch.randn(*s, device=dev, dtype=low)  # noqa: E731 (fake: no values)
     f32 = lambda *s: torch.randn(*s, device=dev)  # noqa: E731
     long = lambda *s: torch.zeros(*s, dtype=torch.long, device=dev)  # noqa: E731
     return {  # the ops attnprof's variants, stack, LM head and loss run, and one of each policy
@@ -48,13 +48,14 @@ def _cases(dev: str) -> dict:
         "sdpa": lambda: F.scaled_dot_product_attention(f32(1, 2, 8, 4), f32(1, 2, 8, 4), bf(1, 2, 8, 4)),
         "cross_entropy": lambda: F.cross_entropy(bf(4, 10), long(4)), "pow": lambda: bf(4).pow(2),
         "norm": lambda: torch.norm(bf(4)), "cumsum": lambda: bf(4).cumsum(0), "rsqrt": lambda: torch.rsqrt(f32(4)),
+        "norm_dim": lambda: torch._VF.norm(bf(4, 8), 2, [1]), "norm_except_dim": lambda: torch.norm_except_dim(bf(4, 8), 2, 0),
     }
 
 
-def _run(device: str, context) -> dict:
+def _run(device: str, context, low=torch.bfloat16) -> dict:
     out = {}
     with FakeTensorMode():
-        cases = _cases(device)
+        cases = _cases(device, low)
         for name, case in cases.items():
             with context(), _Ops() as ops:
                 case()
@@ -62,14 +63,14 @@ def _run(device: str, context) -> dict:
     return out
 
 
-def _cuda_autocast():
+def _cuda_autocast(low=torch.bfloat16):
     """The binary's own AutocastCUDA kernels, switched on directly (torch.autocast("cuda") refuses
     without a GPU)."""
     class On:
         def __enter__(self):
             self.before = torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda")
             torch.set_autocast_enabled("cuda", True)
-            torch.set_autocast_dtype("cuda", torch.bfloat16)
+            torch.set_autocast_dtype("cuda", low)
 
         def __exit__(self, *exc):
             torch.set_autocast_enabled("cuda", self.before[0])
@@ -78,13 +79,16 @@ def _cuda_autocast():
     return On()
 
 
-def _cpu_autocast():
-    return torch.autocast("cpu", dtype=torch.bfloat16)
+def _cpu_autocast(low=torch.bfloat16):
+    return torch.autocast("cpu", dtype=low)
 
 
 class _Emulated:
+    def __init__(self, low=torch.bfloat16):
+        self.low = low
+
     def __enter__(self):
-        self.stack = [cuda_autocast(), _cpu_autocast()]
+        self.stack = [cuda_autocast(), _cpu_autocast(self.low)]
         for c in self.stack:
             c.__enter__()
 
@@ -99,17 +103,22 @@ def test_every_op_cuda_autocast_registers_has_its_policy():
     assert registered and registered - set(POLICIES) == set()
 
 
-def test_the_emulation_runs_the_ops_and_dtypes_cuda_autocast_runs():
+@pytest.mark.parametrize("low", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_the_emulation_runs_the_ops_and_dtypes_cuda_autocast_runs(low):
     """Op by op, below autocast and autograd: the same ops, casts and output dtypes as the binary's
-    AutocastCUDA kernels, where the CPU's autocast differs on many (so the comparison can fail)."""
-    cuda, emulated, cpu = _run("cuda", _cuda_autocast), _run("cpu", _Emulated), _run("cpu", _cpu_autocast)
+    AutocastCUDA kernels, where the CPU's autocast differs on many (so the comparison can fail).
+    In float16 CUDA's softmax takes the half input whole (half_to_float): no float32 copy."""
+    cuda = _run("cuda", lambda: _cuda_autocast(low), low)
+    emulated, cpu = _run("cpu", lambda: _Emulated(low), low), _run("cpu", lambda: _cpu_autocast(low), low)
     # SDPA's kernel is the device's own (the CPU's flash kernel; on fake CUDA tensors the math path,
     # which casts inside): autocast's two casts of the float32 q and k compared
     casts = lambda seen: [op for op in seen if op[0].startswith("_to_copy")][:2]  # noqa: E731
-    assert casts(emulated.pop("sdpa")) == casts(cuda.pop("sdpa")) == [("_to_copy.default", ("torch.bfloat16",))] * 2
+    assert casts(emulated.pop("sdpa")) == casts(cuda.pop("sdpa")) == [("_to_copy.default", (str(low),))] * 2
     assert emulated == cuda
     assert {name for name in cuda if cpu[name] != cuda[name]} >= {"softmax", "log_softmax", "exp", "sum", "layer_norm",
                                                                   "rms_norm", "logsumexp", "pow", "cumsum"}
+    if low == torch.float16:
+        assert not any(op.startswith("_to_copy") for op, _ in cuda["softmax"][1:])
 
 
 def test_the_cpu_lists_are_back_after_the_context():
@@ -131,6 +140,11 @@ def test_a_weight_is_cast_once_per_region_as_autocast_caches_it():
     casts = lambda seen: sum(1 for name, _ in seen if name.startswith("_to_copy"))  # noqa: E731
     assert casts(ops.seen) == 3  # the weight once, the input twice (not a leaf that requires grad: not cached)
     assert casts(again.seen) == 2  # a new region casts the weight again
+    with cuda_autocast(), torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.no_grad():
+            F.linear(x, w)  # cached with grad on, as cached_cast does: the later use still reaches w
+        y = F.linear(x, w)
+    assert y.grad_fn is not None
 
 
 def test_an_op_cuda_autocast_refuses_is_refused():
@@ -139,12 +153,12 @@ def test_an_op_cuda_autocast_refuses_is_refused():
     assert str(err.value) == BANNED_MESSAGE
 
 
-@pytest.mark.parametrize("variant", ["full", "lsh"])
+@pytest.mark.parametrize("variant, low", [("full", "bfloat16"), ("lsh", "bfloat16"), ("full", "float16")])
 @pytest.mark.parametrize("mode", ["plain", "checkpoint"])
-def test_a_gpus_amp_step_is_predicted_exactly_and_holds_cudas_float32_softmax(variant, mode):
-    """amp-bf16 for a GPU: every prediction path equals the full fake run; the softmax of the
-    scores is float32 (CUDA's list), so the step holds more than the CPU's autocast says."""
-    point = Point(variant, mode, "model", Shape(seq_len=128, d_model=32, heads=2, layers=5, autocast="bfloat16"))
+def test_a_gpus_amp_step_is_predicted_exactly_and_holds_cudas_float32_softmax(variant, low, mode):
+    """amp for a GPU: every prediction path equals the full fake run; the softmax of the scores is
+    float32 (CUDA's list), so the step holds more than the CPU's autocast says."""
+    point = Point(variant, mode, "model", Shape(seq_len=128, d_model=32, heads=2, layers=5, autocast=low))
     gpu = on_device(point, "cuda")
     assert predict(gpu).peak_bytes == account(gpu, fake=True).peak_bytes
     assert predict(gpu).peak_bytes > predict(point).peak_bytes

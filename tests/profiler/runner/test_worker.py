@@ -114,3 +114,13 @@ def test_on_a_gpu_a_failed_prediction_costs_the_prediction_not_the_measurement(m
     assert record.reason.startswith("measured without a prediction: RuntimeError: a plug-in that breaks")
     with pytest.raises(RuntimeError, match="plug-in"):
         worker.predict_for(POINT, "cpu", PointRecord(**POINT.identity()))
+    assert worker.UNPREDICTED == "measured without a prediction"
+
+
+def test_a_gpu_point_without_a_prediction_is_not_run_past_an_explicit_memory_limit(monkeypatch):
+    from attnprof.profiler.runner import worker
+
+    monkeypatch.setattr(worker, "predict", lambda point: (_ for _ in ()).throw(RuntimeError("no prediction")))
+    record = measure_point(POINT, settings(device="cuda:0", mem_limit_bytes=1 << 30))
+    assert record.status == "skipped" and "--mem-limit needs a prediction" in record.reason
+    assert record.reason.startswith("measured without a prediction: RuntimeError: no prediction")
