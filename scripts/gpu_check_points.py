@@ -72,13 +72,11 @@ def status_line(records: list[dict]) -> tuple[str, int]:
 
 def point_of(record: dict):
     """The Point a record was measured for (every Shape field the record holds)."""
-    from dataclasses import fields
+    from attnprof.profiler.predict.measured_gpu import shape_of_record
+    from attnprof.profiler.records import Point
 
-    from attnprof.profiler.records import Point, Shape, with_identity_defaults
-
-    r = with_identity_defaults(record)
-    shape = Shape(**{f.name: r[f.name] for f in fields(Shape) if f.name in r})
-    return Point(str(r["variant"]), str(r["mode"]), str(r["scope"]), shape, bool(r.get("forward_only")))
+    return Point(str(record["variant"]), str(record["mode"]), str(record["scope"]), shape_of_record(record),
+                 bool(record.get("forward_only")))
 
 
 def measured_of(record: dict, source: str, dry_run: bool = False):

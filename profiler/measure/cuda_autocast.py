@@ -136,8 +136,8 @@ def _kernel(name: str, policy: str):
             if policy in (LOWER, FP32, PROMOTE):
                 to = lower if policy == LOWER else torch.float32
                 if policy == PROMOTE:  # prioritize(): Tensor and Tensor[] arguments, not optional ones
-                    counted = [t for a in schema if a.name in bound and not str(a.type).startswith("Optional")
-                               and "?" not in str(a.type) for t in _tensors(bound[a.name])]
+                    counted = [t for a in schema if a.name in bound and not isinstance(a.type, torch._C.OptionalType)
+                               for t in _tensors(bound[a.name])]
                     to = torch.float32 if any(_eligible(t) and t.dtype == torch.float32 for t in counted) else lower
                 bound = {k: _cached_cast(to, v, lower) for k, v in bound.items()}
             elif policy == SET_OPT_DTYPE and first_ok and "dtype" in (a.name for a in schema):

@@ -24,6 +24,7 @@ a rule the GPU check's long points would show wrong, not a fitted figure.
 
 from __future__ import annotations
 
+from math import prod
 from typing import Optional
 
 BLOCK_DIM_X = 32  # CUDA (ROCm: 64)
@@ -44,8 +45,8 @@ def partial_rows(m: int, n: int, sm_count: int) -> int:
 
 
 def norm_backward_outputs(name: str, scalars: list, args: list) -> Optional[tuple]:
-    """(M, N, which of dX, dgamma, dbeta the op returns) of a traced norm backward, None where the
-    trace does not say. ``native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd,
+    """(M, N, which of dX, dgamma, dbeta the op returns, the weight's dtype) of a traced norm
+    backward, None where the trace does not say. ``native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd,
     weight, bias, output_mask[3])``; ``_fused_rms_norm_backward(grad_out, input, normalized_shape,
     rstd, weight, output_mask[2])``."""
     rms = name.startswith("_fused_rms_norm_backward")
@@ -54,13 +55,8 @@ def norm_backward_outputs(name: str, scalars: list, args: list) -> Optional[tupl
     x = args[1] if len(args) > 1 else None
     if x is None or weight is None or not isinstance(mask, tuple) or not all(isinstance(b, bool) for b in mask):
         return None
-    n = 1
-    for s in weight.shape:
-        n *= s
-    numel = 1
-    for s in x.shape:
-        numel *= s
+    n, numel = prod(weight.shape), prod(x.shape)
     if n == 0 or numel % n:
         return None
     wanted = (mask[0], mask[1], False if rms else mask[2])
-    return numel // n, n, wanted
+    return numel // n, n, wanted, weight.dtype

@@ -46,8 +46,7 @@ ALLOC, FREE, OP = "alloc", "free", "op"  # = profiler.measure.tracker's (no torc
 LAYER_NORM = "native_layer_norm"
 SOFTMAX_BACKWARD = "_softmax_backward_data"
 REDUCTIONS = frozenset({"sum", "mean"})  # gpu_reduce_kernel with a dtype's own acc type
-RMS_NORM_BACKWARD = "_fused_rms_norm_backward"
-NORM_BACKWARDS = frozenset({"native_layer_norm_backward", RMS_NORM_BACKWARD})  # rule 4
+NORM_BACKWARDS = frozenset({"native_layer_norm_backward", "_fused_rms_norm_backward"})  # rule 4
 # at::toAccumulateType(dtype, is_cuda=true) (aten/src/ATen/AccumulateType.h): the CUDA
 # accumulate type of each floating dtype the model knows
 CUDA_ACC = {"bfloat16": "float32", "float16": "float32", "float32": "float32", "float64": "float64"}
@@ -176,14 +175,13 @@ def _norm_partial_sums(ev: list, i: int, e: tuple, gpu, tag: int) -> int:
     outs = _outputs_at(ev, i)
     if found is None or len(outs) != sum(found[2]):
         return 0
-    m, n, wanted = found
+    m, n, wanted, dtype = found
     rows = partial_rows(m, n, gpu.sm_count)
-    weight = _args(e[2])[4 if op_base(e[1]) == RMS_NORM_BACKWARD else 5]
     present = [idx for idx, w in enumerate(wanted) if w]  # which of dX, dgamma, dbeta: the outputs' order
     params = [outs[k] for k, idx in enumerate(present) if idx > 0]  # dgamma, dbeta
-    if not rows or not params or weight.dtype not in DTYPE_BYTES:
+    if not rows or not params or dtype not in DTYPE_BYTES:
         return 0
-    block_bytes = rows * n * DTYPE_BYTES[weight.dtype]
+    block_bytes = rows * n * DTYPE_BYTES[dtype]
     head, tail = [ev[j] for j in outs if j not in params], []
     firsts, blocks = [], []
     for k, j in enumerate(params):
@@ -192,7 +190,7 @@ def _norm_partial_sums(ev: list, i: int, e: tuple, gpu, tag: int) -> int:
         firsts.append((ALLOC, first, nbytes, op))
         blocks.append((ALLOC, part, block_bytes, op))
         tail.append((ALLOC, serial, nbytes, op))  # dgamma_blocks.sum(0): the tensor that is returned
-        sizes = reduce_buffers((rows, n), (n, 1), (0,), weight.dtype, gpu.sm_count, gpu.compute_capability)
+        sizes = reduce_buffers((rows, n), (n, 1), (0,), dtype, gpu.sm_count, gpu.compute_capability)
         if sizes and sizes[0]:
             buf, sem = f"cuda.reduce_buffer#n{tag}.{k}", f"cuda.reduce_semaphores#n{tag}.{k}"
             tail += [(ALLOC, buf, sizes[0], op), (ALLOC, sem, sizes[1], op), (FREE, sem), (FREE, buf)]

@@ -58,6 +58,13 @@ def _float(v, what: str) -> Optional[float]:
     return float(v)
 
 
+def shape_of_record(record: dict) -> Shape:
+    """The Shape a result record or a measured point was made for: every Shape field it holds, a
+    later one it lacks at its default (Shape checks each value: ShapeError, in one line)."""
+    r = with_identity_defaults(record)
+    return Shape(**{f.name: r[f.name] for f in fields(Shape) if f.name in r})
+
+
 def load_measured(path: Path) -> tuple[dict, list[Measured]]:
     """(the environment it was measured in, the points) of a measurements file."""
     try:
@@ -71,10 +78,9 @@ def load_measured(path: Path) -> tuple[dict, list[Measured]]:
         what = f"point {i}"
         try:
             mode = r["mode"] if r["scope"] == "model" else "plain"
-            # every Shape field the file holds (a later one it lacks: its default): a point measured with
-            # RMSNorm, grouped KV heads or an optimizer is modelled with them
-            full = with_identity_defaults(r)
-            shape = Shape(**{f.name: full[f.name] for f in fields(Shape) if f.name in full})
+            # every Shape field the file holds: a point measured with RMSNorm, grouped KV heads or an
+            # optimizer is modelled with them
+            shape = shape_of_record(r)
             forward_only = r.get("forward_only", False)
             if not isinstance(forward_only, bool):
                 raise ValueError("forward_only is not true or false")
