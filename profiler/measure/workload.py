@@ -32,11 +32,13 @@ q, k, v and sums their outputs, so every kind is measured; the record says so
 from __future__ import annotations
 
 import contextlib
+from functools import partial
 
 import torch
 from torch import nn
 
 from attnprof.profiler.measure.cuda_autocast import cuda_autocast
+from attnprof.profiler.measure.cuda_branches import cuda_branches
 from attnprof.profiler.measure.optimizer import build as build_optimizer  # issue 24: optimizer
 from attnprof.profiler.measure.optimizer import states as optimizer_states
 from attnprof.errors import UserError
@@ -45,6 +47,14 @@ from attnprof.scenarios.variants.registry import spec_of
 from attnprof.scenarios.stack.blocks import Stack
 from attnprof.scenarios.stack.cuda_rms_norm import use_cuda_kernels
 from attnprof.scenarios.stack.lm_head import token_batch
+
+
+@contextlib.contextmanager
+def cuda_step(autocast: bool):
+    """Where a CUDA step's ops differ from the CPU's above the kernels (issue 39): the composites'
+    CUDA branches (measure/cuda_branches.py), and CUDA's autocast lists when ``autocast``."""
+    with cuda_branches(), (cuda_autocast() if autocast else contextlib.nullcontext()):
+        yield
 
 
 @contextlib.contextmanager
@@ -175,9 +185,9 @@ class Workload:
         self.dout = None if point.forward_only or out_shape is None else torch.randn(out_shape, device=device,
                                                                                        dtype=dtype)
         self.autocast, self.scaler = mixed_precision(point, device)  # --- issue 24: precision ---
-        # issue 39: a GPU's mixed-precision step traced on the CPU casts as CUDA's autocast does
-        self.kernels = (cuda_autocast if shape.autocast and self.impl_device == "cuda" and device.type != "cuda"
-                        else contextlib.nullcontext)
+        # issue 39: a GPU's step traced on the CPU takes CUDA's branches and casts as CUDA's autocast does
+        self.kernels = (partial(cuda_step, autocast=bool(shape.autocast))
+                        if self.impl_device == "cuda" and device.type != "cuda" else contextlib.nullcontext)
         if self.scaler is not None:  # its scale and growth tracker: state that exists before the step, counted
             self.inputs += [t for t in vars(self.scaler).values() if isinstance(t, torch.Tensor)]  # as inputs
         # --- issue 24: optimizer --- (its states primed: profiler/measure/optimizer.py; ``impl_device``:

@@ -29,6 +29,10 @@ profiler/measure/tracker.py) so the rules read dtypes and shapes, not guesses.
 4. ``native_layer_norm_backward``, ``_fused_rms_norm_backward``: over more than 65,536 rows of a
    narrow norm, the weight's (and bias's) gradient is summed in partial-sum buffers, then a column
    sum replaces the gradient the op allocated first (``cuda_norm_backward``; with ``gpu`` only).
+5. ``native_dropout`` (a GPU's step runs it where the CPU runs dropout's composite:
+   measure/cuda_branches.py): ``dropout_cuda`` (aten/src/ATen/native/cuda/Dropout.cu) allocates
+   the bool mask first (``at::empty_like(self, ...dtype(kBool))``), then the output
+   (``at::empty_like(self)``); the trace has them in the order the op returns them, (output, mask).
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ ALLOC, FREE, OP = "alloc", "free", "op"  # = profiler.measure.tracker's (no torc
 LAYER_NORM = "native_layer_norm"
 SOFTMAX_BACKWARD = "_softmax_backward_data"
 REDUCTIONS = frozenset({"sum", "mean"})  # gpu_reduce_kernel with a dtype's own acc type
+NATIVE_DROPOUT = "native_dropout"  # rule 5
 NORM_BACKWARDS = frozenset({"native_layer_norm_backward", "_fused_rms_norm_backward"})  # rule 4
 # at::toAccumulateType(dtype, is_cuda=true) (aten/src/ATen/AccumulateType.h): the CUDA
 # accumulate type of each floating dtype the model knows
@@ -157,6 +162,11 @@ def apply(events: list, gpu=None) -> CudaOps:
                 out.rewritten[base] = out.rewritten.get(base, 0) + 1
                 i = at + 4
                 continue
+        elif base == NATIVE_DROPOUT:
+            outs = _outputs_at(ev, i)
+            if len(outs) == 2:  # (output, mask) -> mask, then output
+                ev[outs[0]], ev[outs[1]] = ev[outs[1]], ev[outs[0]]
+                out.rewritten[base] = out.rewritten.get(base, 0) + 1
         elif gpu is not None and base in NORM_BACKWARDS:
             added = _norm_partial_sums(ev, i, e, gpu, temps)
             if added:

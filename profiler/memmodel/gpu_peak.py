@@ -165,7 +165,17 @@ def sdpa_choice(point: Point, gpu: GpuSpec, events: Optional[list] = None):
     shape = point.shape
     dtype = _sdpa_dtype(events or [], shape.autocast or shape.dtype)
     return choose_sdpa_backend(gpu, dtype, shape.head_dim, requires_grad=not point.forward_only,
-                               grouped_kv=shape.n_kv_heads != shape.heads)
+                               grouped_kv=shape.n_kv_heads != shape.heads, dropout=sdpa_dropout(point))
+
+
+def sdpa_dropout(point: Point) -> float:
+    """The dropout_p of the point's SDPA calls (issue 39): its variant's ``dropout`` option (the
+    sdpa variant passes it while training, and attnprof never puts a module in eval mode), 0
+    without one. The trace does not carry it: a GPU's step is traced with the fused op's dropout
+    left out (measure/cuda_branches.py)."""
+    from attnprof.scenarios.variants.registry import spec_of
+
+    return float(spec_of(point).options.get("dropout") or 0.0)
 
 
 def _sdpa_dtype(events: list, default: str) -> str:
@@ -202,16 +212,17 @@ class TraceCache:
         return self._traces[key]
 
 
-# --- issue 24: attention dropout ---
-def dropout_notes(point: Point) -> list:
-    """What the model does not know about attention dropout on a GPU, or []."""
-    from attnprof.scenarios.variants.registry import spec_of
-
-    if not spec_of(point).options.get("dropout"):
+# --- issue 24: attention dropout (issue 39: as CUDA runs it, measure/cuda_branches.py) ---
+def dropout_notes(point: Point, backend: str = "") -> list:
+    """What the model assumes of attention dropout on a GPU, or []."""
+    if not sdpa_dropout(point):
         return []
-    return ["attention dropout modelled as the CPU trace runs it (aten dropout: a noise tensor of the weights' "
-            "dtype, where CUDA's fused native_dropout keeps a 1-byte mask; SDPA with dropout_p on its math path, "
-            "where a GPU may run a fused kernel with dropout): not the GPU's kernels"]
+    unknown = {"flash": "its RNG state and no split-KV modelled",
+               "efficient": "its backward's workspace taken as without dropout (a kernel with dropout may differ)",
+               "cudnn": "its workspace taken as without dropout"}
+    if backend in unknown:
+        return [f"attention dropout inside SDPA's {backend} kernel: {unknown[backend]}"]
+    return ["attention dropout as CUDA runs it: native_dropout, a 1-byte mask saved for backward"]
 
 
 def gpu_memory(point: Point, gpu: GpuSpec, cache: Optional[TraceCache] = None,
@@ -235,8 +246,8 @@ def gpu_memory(point: Point, gpu: GpuSpec, cache: Optional[TraceCache] = None,
         backend, reason = choice.backend, choice.reason
         if backend == "math":
             trace = cache.get(point, sdpa_math=True)
-    sub = substitute(trace.events, gpu, backend or "math")
-    notes = list(sub.notes) + dropout_notes(point)
+    sub = substitute(trace.events, gpu, backend or "math", dropout=sdpa_dropout(point))
+    notes = list(sub.notes) + dropout_notes(point, backend)
     if gpu.context_estimated:
         notes.append(f"CUDA context estimated at {gpu.context_bytes >> 20} MiB")
     if point.shape.autocast:  # issue 39: the CPU run's autocast follows CUDA's lists (measure/cuda_autocast.py)

@@ -33,6 +33,7 @@ every GPU the project is lent (scripts/gpu_check.sh).
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from typing import Optional
@@ -104,12 +105,26 @@ def priority_order(gpu: GpuSpec, facts: Optional[dict] = None) -> list:
     return [b for b in order if facts["enabled"].get(b, True)]
 
 
+def cudnn_dropout_problem(dropout: float, cudnn_version: int) -> Optional[str]:
+    """Why cuDNN attention refuses this dropout, or None (issue 39; cuda/sdp_utils.cpp as read on
+    pytorch main, late 2025, not pinned to 2.11): ``can_use_cudnn_attention`` refuses any dropout on
+    cuDNN 9.11-9.13 (``cudnn_version > 91100 && cudnn_version < 91400``), and
+    ``check_cudnn_dropout`` a probability that is not a multiple of 1/16 ("cuDNN dropout
+    probability resolution is limited to 1/16")."""
+    if dropout > 0 and 91100 < cudnn_version < 91400:
+        return f"cuDNN {cudnn_version} attention takes no dropout (9.11-9.13)"
+    if dropout * 16 != math.floor(dropout * 16):
+        return f"cuDNN attention's dropout resolution is 1/16: {dropout:g} is not a multiple of it"
+    return None
+
+
 def choose_sdpa_backend(gpu: GpuSpec, dtype: str, head_dim: int, head_dim_v: Optional[int] = None,
                         requires_grad: bool = True, forced: Optional[str] = None,
-                        facts: Optional[dict] = None, grouped_kv: bool = False) -> SdpaChoice:
-    """sdp_utils.cpp ``select_sdp_backend`` for attnprof's SDPA calls (dense 4-D, no mask, no
-    dropout): the first backend of ``priority_order`` whose checks pass. ``grouped_kv``: k and
-    v have fewer heads than q (enable_gqa; module docstring)."""
+                        facts: Optional[dict] = None, grouped_kv: bool = False, dropout: float = 0.0) -> SdpaChoice:
+    """sdp_utils.cpp ``select_sdp_backend`` for attnprof's SDPA calls (dense 4-D, no mask): the
+    first backend of ``priority_order`` whose checks pass. ``grouped_kv``: k and v have fewer
+    heads than q (enable_gqa; module docstring). ``dropout``: the call's dropout_p (issue 39),
+    which flash and memory-efficient attention take as they are and cuDNN only as below."""
     forced = forced if forced is not None else (os.environ.get(BACKEND_ENV) or None)
     if forced:
         if forced not in BACKENDS:
@@ -126,7 +141,7 @@ def choose_sdpa_backend(gpu: GpuSpec, dtype: str, head_dim: int, head_dim_v: Opt
             return "cuDNN attention needs fp16/bf16 on sm80+"
         if head_dim != dv or head_dim % 8 or head_dim > 128:
             return "cuDNN attention: head_dim must be equal for q/k/v, a multiple of 8 and <= 128"
-        return None
+        return cudnn_dropout_problem(dropout, facts["cudnn"])
 
     def flash() -> Optional[str]:  # use_flash_attention: check_flash_attention_hardware_support, head dims
         if not half:

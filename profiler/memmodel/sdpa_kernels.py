@@ -97,7 +97,7 @@ class _Names:
         return f"{what}#{self.n}"
 
 
-def _forward(backend: str, info: dict, outs: list, gpu: GpuSpec, name: _Names) -> list:
+def _forward(backend: str, info: dict, outs: list, gpu: GpuSpec, name: _Names, dropout: bool = False) -> list:
     q, k, v = info["args"][:3]
     B, H, nq, d = q.shape
     nk, dv = k.shape[2], v.shape[3]
@@ -115,13 +115,18 @@ def _forward(backend: str, info: dict, outs: list, gpu: GpuSpec, name: _Names) -
         dp, dvp = _up(d, 8), _up(dv, 8)
         hsr = _up(dp, 32 if dp <= 128 else 64)
         ev += [(ALLOC, out_s, B * nq * H * dvp * el, op), (ALLOC, lse_s, B * H * nq * 4, op)]
-        splits = flash_num_splits(B, H, nq, nk, dp, gpu.sm_count)
+        # set_params_splitkv splits only when p_dropout == 0 ("SplitKV is not implemented for dropout")
+        splits = 1 if dropout else flash_num_splits(B, H, nq, nk, dp, gpu.sm_count)
         tmp = []
         if splits > 1:
             tmp = [name("flash.softmax_lse_accum"), name("flash.out_accum")]
             ev += [(ALLOC, tmp[0], splits * B * H * nq * 4, op), (ALLOC, tmp[1], splits * B * H * nq * hsr * 4, op)]
         rng, unused = name("flash.rng_state"), name("flash.rng_unused")
-        ev += [(ALLOC, rng, 16, op), (ALLOC, unused, 8, op), (TIE, lse_s, [rng, unused])]
+        ev += [(ALLOC, rng, 16, op), (ALLOC, unused, 8, op)]
+        if dropout:  # issue 39: `if (p_dropout > 0.0)`: rng_state = at::empty({2}, kUInt64), the first freed
+            first, rng = rng, name("flash.rng_state")
+            ev += [(ALLOC, rng, 16, op), (FREE, first)]
+        ev += [(TIE, lse_s, [rng, unused])]
         ev += [(FREE, t) for t in reversed(tmp)]
     elif backend == "efficient":
         # attention.cu _efficient_attention_forward: output [B, M, nH, Kv]; logsumexp
@@ -239,9 +244,10 @@ def _outputs(events: list, i: int, want: int) -> list:
 
 
 def substitute(events: list, gpu: GpuSpec, backend: str, *, cublas: bool = True,
-               cublas_bytes: Optional[int] = None, ops: bool = True) -> GpuEvents:
+               cublas_bytes: Optional[int] = None, ops: bool = True, dropout: float = 0.0) -> GpuEvents:
     """The trace with the GPU's SDPA allocations and cuBLAS/cuBLASLt workspaces in place of the CPU's,
-    and (``ops``) the CUDA kernels' allocations of the ops ``cuda_ops`` rewrites.
+    and (``ops``) the CUDA kernels' allocations of the ops ``cuda_ops`` rewrites. ``dropout``: the
+    SDPA calls' dropout_p, which a GPU's trace leaves out of the fused op (measure/cuda_branches.py).
 
     ``backend`` "math" leaves SDPA alone (record the trace with ``sdpa_math=True``).
     """
@@ -278,7 +284,7 @@ def substitute(events: list, gpu: GpuSpec, backend: str, *, cublas: bool = True,
         if backend != "math" and base == CPU_FLASH_FWD and e[2]:
             outs = _outputs(events, i, 2)
             if len(outs) == 2:
-                out.events += _forward(backend, e[2], outs, gpu, name)
+                out.events += _forward(backend, e[2], outs, gpu, name, dropout > 0)
                 out.substituted += 1
                 i += 1 + len(outs)
                 continue

@@ -98,7 +98,9 @@ def _gpu_events(point: Point, traced, steps: Steps, gpu: GpuSpec, backend: str) 
         # issue 39: first, what the device holds uncounted (scope attention: the projections), as
         # memmodel/trace.py record_trace puts held_parameters' events first; placed in the setup
         marked = traced.held + on_the_device(marked, traced.host_serials)
-    sub = substitute(marked, gpu, backend or "math")
+    from attnprof.profiler.memmodel.gpu_peak import sdpa_dropout
+
+    sub = substitute(marked, gpu, backend or "math", dropout=sdpa_dropout(point))  # the GPU model's own call
     events = sub.events
     notes += sub.notes
     back = next((i for i, e in enumerate(events) if e[0] == MARK and e[1] == "backward"), len(events))

@@ -120,3 +120,18 @@ def test_negative_dims_count_and_a_reduction_into_another_dtype_is_not_claimed()
     assert sums[1][2]["kwargs"] == {"dtype": "float64"} and sums[0][2]["scalars"] == [None, (-2,)]
     out = apply(events, get_gpu("h200"))
     assert [e[2] for e in _reduce_events(out.events)] == [4096 * 8192, 32]  # the first only
+
+
+def test_native_dropout_allocates_its_mask_before_its_output():
+    """dropout_cuda (Dropout.cu): the bool mask, then the output; the trace has them as returned."""
+    from attnprof.profiler.measure.cuda_branches import cuda_branches
+
+    with FakeTensorMode(), cuda_branches():
+        w = torch.randn(2, 4, 32, 32, dtype=torch.bfloat16, requires_grad=True)
+        events = _trace(lambda: F.dropout(w, 0.1, True).sum().backward(), w)
+    output, mask = _outputs(events, "native_dropout")
+    assert (output[2], mask[2]) == (2 * 4 * 32 * 32 * 2, 2 * 4 * 32 * 32)
+    out = apply(events)
+    assert out.rewritten == {"native_dropout": 1}
+    assert _outputs(out.events, "native_dropout") == [mask, output]
+    assert sorted(map(str, out.events)) == sorted(map(str, events))  # the same events, reordered

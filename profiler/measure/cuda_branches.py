@@ -1,0 +1,93 @@
+"""Composite ops that branch on the device, taken as CUDA takes them, for a GPU's step traced on the CPU (issue 39).
+
+Some of torch's ``CompositeImplicitAutograd`` ops read the input's device and run other ops on
+CUDA than on the CPU; a CPU trace of a GPU's step must follow CUDA's branch, as it follows CUDA's
+fused RMSNorm (scenarios/stack/cuda_rms_norm.py) and autocast lists (measure/cuda_autocast.py):
+
+- ``dropout`` (aten/src/ATen/native/Dropout.cpp, torch 2.11): ``if (train &&
+  is_fused_kernel_acceptable(input, p)) return std::get<0>(at::native_dropout(input, p, train));``
+  where ``is_fused_kernel_acceptable`` is ``(input.is_cuda() || input.is_xpu() || input.is_lazy()
+  || input.is_privateuseone()) && p > 0 && p < 1 && input.sym_numel() > 0``. Elsewhere the
+  composite ``_dropout_impl`` runs: ``noise = at::empty_like(input)``, ``noise.bernoulli_(1 - p)``,
+  ``noise.div_(1 - p)``, ``input * noise``, and autograd's ``mul`` saves ``noise``, a tensor of the
+  input's dtype. On CUDA autograd saves ``native_dropout``'s mask instead (derivatives.yaml:
+  ``native_dropout_backward(grad, result1, scale)``), one byte an element (``dropout_cuda<bool>``,
+  aten/src/ATen/native/cuda/Dropout.cu): for a float32 (B, h, n, n) of attention weights, a quarter
+  of the noise the CPU keeps, and one fused kernel each way instead of four ops. The CPU build has
+  ``native_dropout`` too (``native_dropout_cpu``, a bool mask as well), so the branch runs as is on
+  real CPU tensors (a small point) and on fake ones (its meta function).
+- ``scaled_dot_product_attention`` with ``dropout_p > 0``: CUDA's fused kernels take dropout
+  (cuda/sdp_utils.cpp: no dropout check for flash and memory-efficient attention; cuDNN's are in
+  memmodel/sdpa_choice.py), the CPU's flash kernel does not (sdp_utils_cpp.cpp
+  ``use_flash_attention_cpp``: ``check_for_dropout``), so the CPU runs the math path and its
+  (B, h, n, n) weights. While fused backends are enabled (``torch.backends.cuda.flash_sdp_enabled()``,
+  the flag the CPU's choice reads too), the call runs with ``dropout_p = 0``: the trace records
+  the fused op, whose allocations the GPU memory model replaces by the chosen backend's, with
+  dropout (memmodel/sdpa_kernels.py: flash's second RNG state, no split-KV). Its values have no
+  dropout: a prediction's are never used. With the math path forced (the trace of a GPU that
+  runs it), dropout stays, and the math path's ``at::dropout`` takes the branch above.
+
+``cuda_branches()`` registers, while entered, a Python kernel on the AutogradCPU key of each op
+above that takes CUDA's branch (the whole op as Dropout.cpp runs it on a CUDA tensor), and
+removes it on exit: the C++ composite is back. The registration is
+the process's: one thread at a time holds it (attnprof traces in one thread).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+import torch
+
+_LOCK = threading.RLock()
+_state = {"depth": 0, "library": None}
+
+
+def fused_dropout_acceptable(x: torch.Tensor, p: float) -> bool:
+    """Dropout.cpp ``is_fused_kernel_acceptable`` for a CUDA tensor of ``x``'s size: 0 < p < 1, not empty."""
+    return 0 < p < 1 and x.numel() > 0
+
+
+def _dropout(x: torch.Tensor, p: float, train: bool) -> torch.Tensor:
+    """Dropout.cpp ``dropout`` on a CUDA tensor: the fused kernel, else ``_dropout_impl``'s early
+    returns (no other case reaches its noise on CUDA)."""
+    if train and fused_dropout_acceptable(x, p):
+        return torch.ops.aten.native_dropout(x, p, train)[0]  # output; result1 (a bool mask) saved by autograd
+    if p == 0 or not train or x.numel() == 0:
+        return x  # ``return input``
+    return x * torch.zeros((), dtype=x.dtype, device=x.device)  # p == 1: ``multiply(input, at::zeros({}))``
+
+
+def _sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None, enable_gqa=False):
+    """SDPA as a GPU's fused kernel sees it: its dropout left to the GPU model (see above)."""
+    if dropout_p > 0 and torch.backends.cuda.flash_sdp_enabled():
+        dropout_p = 0.0
+    return torch.ops.aten.scaled_dot_product_attention.default.decompose(  # torch's composite (C++)
+        q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
+
+
+KERNELS = {"dropout": _dropout, "scaled_dot_product_attention": _sdpa}  # aten op -> its CUDA branch
+
+
+@contextlib.contextmanager
+def cuda_branches():
+    """While entered, the ops of ``KERNELS`` called on CPU tensors take CUDA's branch (see above)."""
+    with _LOCK:
+        if _state["depth"] == 0:
+            lib = torch.library.Library("aten", "IMPL")
+            try:
+                for name, kernel in KERNELS.items():
+                    lib.impl(name, kernel, "AutogradCPU")  # before the composite (an alias key's kernel)
+            except Exception:
+                lib._destroy()
+                raise
+            _state["library"] = lib
+        _state["depth"] += 1
+        try:
+            yield
+        finally:
+            _state["depth"] -= 1
+            if _state["depth"] == 0:
+                _state["library"]._destroy()
+                _state["library"] = None
