@@ -29,8 +29,13 @@ fused RMSNorm (scenarios/stack/cuda_rms_norm.py) and autocast lists (measure/cud
 
 ``cuda_branches()`` registers, while entered, a Python kernel on the AutogradCPU key of each op
 above that takes CUDA's branch (the whole op as Dropout.cpp runs it on a CUDA tensor), and
-removes it on exit: the C++ composite is back. The registration is
-the process's: one thread at a time holds it (attnprof traces in one thread).
+removes it on exit: the C++ composite is back. The registration is the process's: one thread at
+a time holds it, and while it is held every CPU ``dropout`` and SDPA call in the process takes
+CUDA's branch, another thread's too (attnprof traces in one thread).
+
+What the GPU model does not see: the dropout of a plug-in's SDPA call is read from its variant's
+``dropout`` option (memmodel/gpu_peak.py ``sdpa_dropout``), not from the call; the GPU time model
+prices SDPA's fused row without an RNG cost, and on the math path without the dropout kernels.
 """
 
 from __future__ import annotations
@@ -52,6 +57,8 @@ def fused_dropout_acceptable(x: torch.Tensor, p: float) -> bool:
 def _dropout(x: torch.Tensor, p: float, train: bool) -> torch.Tensor:
     """Dropout.cpp ``dropout`` on a CUDA tensor: the fused kernel, else ``_dropout_impl``'s early
     returns (no other case reaches its noise on CUDA)."""
+    if not 0 <= p <= 1:  # _dropout_impl's TORCH_CHECK
+        raise RuntimeError(f"dropout probability has to be between 0 and 1, but got {p}")
     if train and fused_dropout_acceptable(x, p):
         return torch.ops.aten.native_dropout(x, p, train)[0]  # output; result1 (a bool mask) saved by autograd
     if p == 0 or not train or x.numel() == 0:
@@ -63,8 +70,11 @@ def _sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None
     """SDPA as a GPU's fused kernel sees it: its dropout left to the GPU model (see above)."""
     if dropout_p > 0 and torch.backends.cuda.flash_sdp_enabled():
         dropout_p = 0.0
-    return torch.ops.aten.scaled_dot_product_attention.default.decompose(  # torch's composite (C++)
+    out = torch.ops.aten.scaled_dot_product_attention.default.decompose(  # torch's composite (C++)
         q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
+    if out is NotImplemented:  # a torch whose SDPA has no CompositeImplicitAutograd kernel
+        raise RuntimeError("scaled_dot_product_attention has no composite kernel in this torch")
+    return out
 
 
 KERNELS = {"dropout": _dropout, "scaled_dot_product_attention": _sdpa}  # aten op -> its CUDA branch

@@ -9,9 +9,10 @@ CPU's, the trace must pick what the device picks:
   identity field a user may also set;
 - the kernels below the module: ``Point.kernels`` "cuda" makes the workload (measure/workload.py)
   run, on the CPU, the ops CUDA's torch runs where they allocate differently and the module
-  cannot tell: RMSNorm's fused kernel (scenarios/stack/cuda_rms_norm.py), and autocast's CUDA
-  op lists for a mixed-precision step (measure/cuda_autocast.py). Not identity: the same
-  point, traced as another device runs it.
+  cannot tell: RMSNorm's fused kernel (scenarios/stack/cuda_rms_norm.py), the composites' CUDA
+  branches, dropout's fused kernel and SDPA's fused kernels with dropout (measure/cuda_branches.py),
+  and autocast's CUDA op lists for a mixed-precision step (measure/cuda_autocast.py). Not
+  identity: the same point, traced as another device runs it.
 """
 
 from __future__ import annotations

@@ -70,7 +70,7 @@ MARK = "mark"  # (MARK, label): a point the caller named, e.g. "backward"
 # "kwargs": {name: plain data} (the keyword arguments that are not tensors)}. addmm: memmodel/
 # blas_workspaces.py; sum, mean: memmodel/cuda_reduce.py.
 TRACE_DETAIL_OPS = ("scaled_dot_product", "native_layer_norm", "_softmax_backward_data", "addmm", "sum", "mean",
-                    "_fused_rms_norm")  # norm backwards: memmodel/cuda_norm_backward.py
+                    "_fused_rms_norm", "native_dropout")  # norm backwards: memmodel/cuda_norm_backward.py
 
 
 _DETAILED: dict = {}

@@ -33,6 +33,7 @@ profiler/measure/tracker.py) so the rules read dtypes and shapes, not guesses.
    measure/cuda_branches.py): ``dropout_cuda`` (aten/src/ATen/native/cuda/Dropout.cu) allocates
    the bool mask first (``at::empty_like(self, ...dtype(kBool))``), then the output
    (``at::empty_like(self)``); the trace has them in the order the op returns them, (output, mask).
+   Only where ``dropout_cuda`` runs: training, 0 < p < 1 (p == 1 and eval allocate the output first).
 """
 
 from __future__ import annotations
@@ -111,6 +112,14 @@ def _reduced_dims(name: str, info) -> Optional[tuple]:
     return None
 
 
+def _dropout_cuda_runs(info) -> bool:
+    """Rule 5's case: a traced ``native_dropout(input, p, train)`` with 0 < p < 1, training."""
+    scalars = (info.get("scalars") or []) if isinstance(info, dict) else []
+    p = scalars[1] if len(scalars) > 1 else None
+    train = scalars[2] if len(scalars) > 2 else None
+    return isinstance(p, float) and 0 < p < 1 and train in (None, True)
+
+
 def apply(events: list, gpu=None) -> CudaOps:
     """``events`` with the CUDA kernels' allocations of the ops above (a new list; the
     input is left as it is). ``gpu`` (a GpuSpec): also the reductions' buffers (rule 3)."""
@@ -162,7 +171,7 @@ def apply(events: list, gpu=None) -> CudaOps:
                 out.rewritten[base] = out.rewritten.get(base, 0) + 1
                 i = at + 4
                 continue
-        elif base == NATIVE_DROPOUT:
+        elif base == NATIVE_DROPOUT and _dropout_cuda_runs(e[2]):
             outs = _outputs_at(ev, i)
             if len(outs) == 2:  # (output, mask) -> mask, then output
                 ev[outs[0]], ev[outs[1]] = ev[outs[1]], ev[outs[0]]

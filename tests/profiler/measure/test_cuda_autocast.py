@@ -7,29 +7,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from dispatched_ops import DispatchedOps
 from attnprof.profiler.measure.accounting import account
 from attnprof.profiler.measure.cuda_autocast import BANNED_MESSAGE, POLICIES, cuda_autocast
 from attnprof.profiler.measure.device_kernels import on_device
 from attnprof.profiler.predict.fake_run import predict
 from attnprof.profiler.records import Point, Shape
-
-
-class _Ops(TorchDispatchMode):
-    """Every op below autocast and autograd: its name and its outputs' dtypes."""
-
-    def __init__(self):
-        super().__init__()
-        self.seen = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        outs = out if isinstance(out, (tuple, list)) else (out,)
-        dtypes = tuple(str(o.dtype) for o in outs if isinstance(o, torch.Tensor))
-        if dtypes:  # (not prim.device, which a CUDA tensor is asked more often)
-            self.seen.append((func.__name__, dtypes))
-        return out
 
 
 def _cases(dev: str, low: torch.dtype) -> dict:
@@ -57,7 +41,7 @@ def _run(device: str, context, low=torch.bfloat16) -> dict:
     with FakeTensorMode():
         cases = _cases(device, low)
         for name, case in cases.items():
-            with context(), _Ops() as ops:
+            with context(), DispatchedOps() as ops:
                 case()
             out[name] = ops.seen
     return out
@@ -132,10 +116,10 @@ def test_a_weight_is_cast_once_per_region_as_autocast_caches_it():
     w = torch.randn(3, 8, requires_grad=True)
     x = torch.randn(4, 8)
     with cuda_autocast():
-        with _Ops() as ops, torch.autocast("cpu", dtype=torch.bfloat16):
+        with DispatchedOps() as ops, torch.autocast("cpu", dtype=torch.bfloat16):
             F.linear(x, w)
             F.linear(x, w)
-        with _Ops() as again, torch.autocast("cpu", dtype=torch.bfloat16):
+        with DispatchedOps() as again, torch.autocast("cpu", dtype=torch.bfloat16):
             F.linear(x, w)
     casts = lambda seen: sum(1 for name, _ in seen if name.startswith("_to_copy"))  # noqa: E731
     assert casts(ops.seen) == 3  # the weight once, the input twice (not a leaf that requires grad: not cached)
@@ -168,7 +152,7 @@ def test_a_gpus_amp_step_is_predicted_exactly_and_holds_cudas_float32_softmax(va
         from attnprof.profiler.measure.tracker import MemoryTracker
 
         work = Workload(gpu, "cpu")
-        with MemoryTracker() as tracker, _Ops() as ops:
+        with MemoryTracker() as tracker, DispatchedOps() as ops:
             drive(work, tracker)
     softmax = [dtypes for name, dtypes in ops.seen if name.startswith("_softmax.")]
     assert softmax and all(d == ("torch.float32",) for d in softmax)

@@ -10,8 +10,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from dispatched_ops import DispatchedOps
 from attnprof.profiler.measure.accounting import account
 from attnprof.profiler.measure.cuda_branches import cuda_branches
 from attnprof.profiler.measure.device_kernels import on_device
@@ -21,26 +21,10 @@ from attnprof.profiler.records import Point, Shape
 CASES = [(0.1, True, 4), (0.5, True, 4), (0.0, True, 4), (1.0, True, 4), (0.1, False, 4), (0.1, True, 0)]
 
 
-class _Ops(TorchDispatchMode):
-    """Every op below autograd: its name and its outputs' dtypes."""
-
-    def __init__(self):
-        super().__init__()
-        self.seen = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        outs = out if isinstance(out, (tuple, list)) else (out,)
-        dtypes = tuple(str(o.dtype) for o in outs if isinstance(o, torch.Tensor))
-        if dtypes:  # (not prim.device)
-            self.seen.append((func.__name__, dtypes))
-        return out
-
-
 def _dropout_ops(device: str, p: float, train: bool, rows: int, dtype, emulate: bool):
     with FakeTensorMode(), (cuda_branches() if emulate else _nothing()):
         x = torch.randn(rows, 8, device=device, dtype=dtype)
-        with _Ops() as ops:
+        with DispatchedOps() as ops:
             y = F.dropout(x, p, train)
     return ops.seen, y is x
 
@@ -117,3 +101,11 @@ def test_a_gpus_step_keeps_a_one_byte_mask_where_the_cpu_keeps_noise(variant, dt
     monkeypatch.setattr("attnprof.profiler.measure.workload.cuda_branches", contextlib.nullcontext)
     composite = account(gpu, fake=True).peak_bytes
     assert composite - cuda == layers_saved * 2 * 128 * 128 * (weight_bytes - 1)
+
+
+def test_a_probability_outside_zero_to_one_is_refused_as_torch_refuses_it():
+    x = torch.randn(4, 8)
+    with pytest.raises(RuntimeError, match="between 0 and 1"):
+        torch.dropout(x, 1.5, True)  # the CPU composite's own check
+    with cuda_branches(), pytest.raises(RuntimeError, match="between 0 and 1"):
+        torch.dropout(x, 1.5, True)

@@ -135,3 +135,12 @@ def test_native_dropout_allocates_its_mask_before_its_output():
     assert out.rewritten == {"native_dropout": 1}
     assert _outputs(out.events, "native_dropout") == [mask, output]
     assert sorted(map(str, out.events)) == sorted(map(str, events))  # the same events, reordered
+
+
+def test_native_dropout_outside_dropout_cudas_case_is_left_in_order():
+    """Evaluation (clone, then a ones mask) and p == 1 allocate the output first on CUDA too."""
+    for p, train in ((0.5, False), (1.0, True)):
+        with FakeTensorMode():
+            w = torch.randn(4, 32, dtype=torch.bfloat16)
+            events = _trace(lambda: torch.ops.aten.native_dropout(w, p, train), w)
+        assert apply(events).rewritten == {}, (p, train)

@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from dispatched_ops import DispatchedOps
 from attnprof.profiler.hardware.gpus import get_gpu
 from attnprof.profiler.measure.cuda_branches import cuda_branches
 from attnprof.profiler.memmodel.blas_workspaces import ENV as BLAS_ENV
@@ -31,25 +31,11 @@ def default_backend_choice(monkeypatch):
         monkeypatch.delenv(name, raising=False)
 
 
-class _Ops(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.seen = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        outs = out if isinstance(out, (tuple, list)) else (out,)
-        dtypes = tuple(str(o.dtype) for o in outs if isinstance(o, torch.Tensor))
-        if dtypes:
-            self.seen.append((func.__name__, dtypes))
-        return out
-
-
 def _sdpa_ops(device: str, emulate: bool, math: bool) -> list:
     with FakeTensorMode(), (cuda_branches() if emulate else contextlib.nullcontext()), \
             (sdpa_kernel(SDPBackend.MATH) if math else contextlib.nullcontext()):
         q = torch.randn(1, 2, 16, 8, device=device, dtype=torch.bfloat16)
-        with _Ops() as ops:
+        with DispatchedOps() as ops:
             F.scaled_dot_product_attention(q, q, q, dropout_p=0.1)
     return ops.seen
 
@@ -93,6 +79,17 @@ def test_sdpa_with_dropout_fits_as_the_fused_kernel_not_the_math_path(gpu, backe
     assert dropped.sdpa_backend == backend
     assert dropped.allocated_peak_bytes == plain.allocated_peak_bytes  # two RNG states: one 512-byte block each
     assert any("dropout inside SDPA's flash kernel" in note for note in dropped.notes)
+
+
+def test_a_forward_only_point_with_dropout_has_no_split_kv_buffers(monkeypatch):
+    """A forward pass of one short sequence on an H200 splits K/V without dropout (flash forced for
+    the plain point: its trace is the same fused op), never with it."""
+    h200 = get_gpu("h200")
+    dropped = gpu_memory(_point("sdpa[dropout=0.1]", forward_only=True), h200)
+    monkeypatch.setenv(BACKEND_ENV, "flash")
+    plain = gpu_memory(_point("sdpa", forward_only=True), h200)
+    assert dropped.sdpa_backend == plain.sdpa_backend == "flash"
+    assert dropped.allocated_peak_bytes < plain.allocated_peak_bytes
 
 
 def test_flash_with_dropout_keeps_a_second_rng_state_and_never_splits_kv():
