@@ -35,11 +35,12 @@ binary's own AutocastCUDA kernel, run on fake CUDA tensors (a forward needs no G
 from __future__ import annotations
 
 import contextlib
-import threading
 import warnings
 import weakref
 
 import torch
+
+from attnprof.profiler.measure.held_kernels import HeldKernels
 
 LOWER, FP32, SET_OPT_DTYPE, APPEND_DTYPE, PROMOTE, BANNED = (
     "lower_precision_fp", "fp32", "fp32_set_opt_dtype", "fp32_append_dtype", "promote", "banned")
@@ -79,8 +80,7 @@ BANNED_MESSAGE = ("torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss
                   "two layers using torch.nn.functional.binary_cross_entropy_with_logits or torch.nn.BCEWithLogitsLoss.")
 
 _KEY = torch._C.DispatchKey.AutocastCPU
-_state = {"depth": 0, "library": None, "cache": {}}
-_LOCK = threading.RLock()  # the registration and _state are the process's
+_state = {"cache": {}}  # the weight cache, the process's as the registration is (held_kernels.py)
 
 
 def _op(name: str):
@@ -177,49 +177,33 @@ def _has_op(name: str) -> bool:
     return True
 
 
+def _register(lib: torch.library.Library) -> None:
+    with warnings.catch_warnings():  # "Overriding a previously registered kernel": the point
+        warnings.simplefilter("ignore", UserWarning)
+        for name, policy in cuda_policy_ops().items():
+            # an op only the CPU's lists name falls through, as on CUDA: run as called, and the
+            # ops it is made of still autocast (a listed op's own ops do not: WrapFunction's guard)
+            kernel = torch.library.fallthrough_kernel if policy is None else _kernel(name, policy)
+            lib.impl(name, kernel, "AutocastCPU")
+
+
+_KERNELS = HeldKernels(_register, on_release=_state["cache"].clear)  # the cache goes with the registration
+
+
 @contextlib.contextmanager
 def cuda_autocast():
     """While entered, ``torch.autocast("cpu", ...)`` casts as CUDA's autocast would (see above).
     The registration is the process's: one thread at a time holds the context (another waits), and
     nothing else in the process may run CPU autocast meanwhile (attnprof traces in one thread)."""
-    _LOCK.acquire()
-    try:
-        with _registered():
-            yield
-    finally:
-        _LOCK.release()
+    with _KERNELS.held():
+        clear = torch.clear_autocast_cache
 
-
-@contextlib.contextmanager
-def _registered():
-    if _state["depth"] == 0:
-        lib = torch.library.Library("aten", "IMPL")
-        try:
-            with warnings.catch_warnings():  # "Overriding a previously registered kernel": the point
-                warnings.simplefilter("ignore", UserWarning)
-                for name, policy in cuda_policy_ops().items():
-                    # an op only the CPU's lists name falls through, as on CUDA: run as called, and the
-                    # ops it is made of still autocast (a listed op's own ops do not: WrapFunction's guard)
-                    kernel = torch.library.fallthrough_kernel if policy is None else _kernel(name, policy)
-                    lib.impl(name, kernel, "AutocastCPU")
-        except Exception:
-            lib._destroy()
-            raise
-        _state["library"] = lib
-    _state["depth"] += 1
-    clear = torch.clear_autocast_cache
-
-    def clear_both():  # torch.autocast.__exit__ leaving the outermost region: both caches dropped
-        _state["cache"].clear()
-        clear()
-
-    torch.clear_autocast_cache = clear_both
-    try:
-        yield
-    finally:
-        torch.clear_autocast_cache = clear
-        _state["depth"] -= 1
-        if _state["depth"] == 0:
+        def clear_both():  # torch.autocast.__exit__ leaving the outermost region: both caches dropped
             _state["cache"].clear()
-            _state["library"]._destroy()
-            _state["library"] = None
+            clear()
+
+        torch.clear_autocast_cache = clear_both
+        try:
+            yield
+        finally:
+            torch.clear_autocast_cache = clear

@@ -40,13 +40,9 @@ prices SDPA's fused row without an RNG cost, and on the math path without the dr
 
 from __future__ import annotations
 
-import contextlib
-import threading
-
 import torch
 
-_LOCK = threading.RLock()
-_state = {"depth": 0, "library": None}
+from attnprof.profiler.measure.held_kernels import HeldKernels
 
 
 def fused_dropout_acceptable(x: torch.Tensor, p: float) -> bool:
@@ -80,24 +76,14 @@ def _sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None
 KERNELS = {"dropout": _dropout, "scaled_dot_product_attention": _sdpa}  # aten op -> its CUDA branch
 
 
-@contextlib.contextmanager
+def _register(lib: torch.library.Library) -> None:
+    for name, kernel in KERNELS.items():
+        lib.impl(name, kernel, "AutogradCPU")  # before the composite (an alias key's kernel)
+
+
+_HELD = HeldKernels(_register)
+
+
 def cuda_branches():
     """While entered, the ops of ``KERNELS`` called on CPU tensors take CUDA's branch (see above)."""
-    with _LOCK:
-        if _state["depth"] == 0:
-            lib = torch.library.Library("aten", "IMPL")
-            try:
-                for name, kernel in KERNELS.items():
-                    lib.impl(name, kernel, "AutogradCPU")  # before the composite (an alias key's kernel)
-            except Exception:
-                lib._destroy()
-                raise
-            _state["library"] = lib
-        _state["depth"] += 1
-        try:
-            yield
-        finally:
-            _state["depth"] -= 1
-            if _state["depth"] == 0:
-                _state["library"]._destroy()
-                _state["library"] = None
+    return _HELD.held()

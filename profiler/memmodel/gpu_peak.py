@@ -213,9 +213,9 @@ class TraceCache:
 
 
 # --- issue 24: attention dropout (issue 39: as CUDA runs it, measure/cuda_branches.py) ---
-def dropout_notes(point: Point, backend: str = "") -> list:
-    """What the model assumes of attention dropout on a GPU, or []."""
-    if not sdpa_dropout(point):
+def dropout_notes(dropout: float, backend: str = "") -> list:
+    """What the model assumes of a point's attention dropout (``sdpa_dropout``) on a GPU, or []."""
+    if not dropout:
         return []
     unknown = {"flash": "its RNG state and no split-KV modelled",
                "efficient": "its backward's workspace taken as without dropout (a kernel with dropout may differ)",
@@ -246,8 +246,9 @@ def gpu_memory(point: Point, gpu: GpuSpec, cache: Optional[TraceCache] = None,
         backend, reason = choice.backend, choice.reason
         if backend == "math":
             trace = cache.get(point, sdpa_math=True)
-    sub = substitute(trace.events, gpu, backend or "math", dropout=sdpa_dropout(point))
-    notes = list(sub.notes) + dropout_notes(point, backend)
+    dropout = sdpa_dropout(point)
+    sub = substitute(trace.events, gpu, backend or "math", dropout=dropout)
+    notes = list(sub.notes) + dropout_notes(dropout, backend)
     if gpu.context_estimated:
         notes.append(f"CUDA context estimated at {gpu.context_bytes >> 20} MiB")
     if point.shape.autocast:  # issue 39: the CPU run's autocast follows CUDA's lists (measure/cuda_autocast.py)

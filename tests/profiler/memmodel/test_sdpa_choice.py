@@ -7,15 +7,9 @@ import torch
 from attnprof.errors import UserError
 from attnprof.profiler.hardware.gpus import get_gpu
 from attnprof.profiler.memmodel.sdpa_choice import BACKEND_ENV, choose_sdpa_backend
-from attnprof.profiler.memmodel.blas_workspaces import ENV as BLAS_ENV
 
 
-@pytest.fixture(autouse=True)
-def default_backend_choice(monkeypatch):
-    monkeypatch.delenv(BACKEND_ENV, raising=False)
-    monkeypatch.delenv("TORCH_CUDNN_SDPA_DEPRIORITIZED", raising=False)
-    for name in BLAS_ENV:
-        monkeypatch.delenv(name, raising=False)
+pytestmark = pytest.mark.usefixtures("default_backend_choice")  # conftest.py
 
 
 @pytest.mark.parametrize("gpu,dtype,head_dim,grad,backend", [

@@ -15,7 +15,6 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from dispatched_ops import DispatchedOps
 from attnprof.profiler.hardware.gpus import get_gpu
 from attnprof.profiler.measure.cuda_branches import cuda_branches
-from attnprof.profiler.memmodel.blas_workspaces import ENV as BLAS_ENV
 from attnprof.profiler.memmodel.gpu_peak import gpu_memory
 from attnprof.profiler.memmodel.sdpa_choice import BACKEND_ENV, choose_sdpa_backend, cudnn_dropout_problem
 from attnprof.profiler.memmodel.sdpa_kernels import substitute
@@ -23,12 +22,7 @@ from attnprof.profiler.memmodel.trace import record_trace
 from attnprof.profiler.records import Point, Shape
 
 
-@pytest.fixture(autouse=True)
-def default_backend_choice(monkeypatch):
-    monkeypatch.delenv(BACKEND_ENV, raising=False)
-    monkeypatch.delenv("TORCH_CUDNN_SDPA_DEPRIORITIZED", raising=False)
-    for name in BLAS_ENV:
-        monkeypatch.delenv(name, raising=False)
+pytestmark = pytest.mark.usefixtures("default_backend_choice")  # conftest.py
 
 
 def _sdpa_ops(device: str, emulate: bool, math: bool) -> list:
