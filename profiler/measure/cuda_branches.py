@@ -27,6 +27,19 @@ fused RMSNorm (scenarios/stack/cuda_rms_norm.py) and autocast lists (measure/cud
   dropout: a prediction's are never used. With the math path forced (the trace of a GPU that
   runs it), dropout stays, and the math path's ``at::dropout`` takes the branch above.
 
+- ``scaled_dot_product_attention`` that CUDA's composite (attention.cpp, torch 2.11) sends to flash:
+  ``pad_last_dim<8, false>`` pads q, k and v whose head dim is not a multiple of 8 with zeros
+  (``at::pad``: ``constant_pad_nd``, a copy each, which flash saves for backward), flash runs on
+  them with the unpadded query's scale (``sdp::calculate_scale``), and ``post_process_flash_output``
+  slices the output back (a view of the padded output). Autograd then runs ``slice_backward`` (a
+  padded zero gradient) before flash's backward and a ``constant_pad_nd`` back (a clone) after it.
+  The CPU pads nothing ("For the CPU case we do not need to pad the last dim"). The branch is
+  taken where flash is the only fused kernel that can run the call on a GPU: fp16/bf16 with no
+  mask, equal head dims <= 256, one of them not a multiple of 8 (cuDNN wants multiples of 8,
+  memory-efficient attention multiples of 8 in half precision on every GPU attnprof knows: memmodel/
+  sdpa_choice.py), while flash is enabled; a GPU that runs the math path instead is traced with
+  the math path forced, which pads nothing.
+
 ``cuda_branches()`` registers, while entered, a Python kernel on the AutogradCPU key of each op
 above that takes CUDA's branch (the whole op as Dropout.cpp runs it on a CUDA tensor), and
 removes it on exit: the C++ composite is back. The registration is the process's: one thread at
@@ -39,6 +52,8 @@ prices SDPA's fused row without an RNG cost, and on the math path without the dr
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -62,15 +77,44 @@ def _dropout(x: torch.Tensor, p: float, train: bool) -> torch.Tensor:
     return x * torch.zeros((), dtype=x.dtype, device=x.device)  # p == 1: ``multiply(input, at::zeros({}))``
 
 
-def _sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None, enable_gqa=False):
-    """SDPA as a GPU's fused kernel sees it: its dropout left to the GPU model (see above)."""
-    if dropout_p > 0 and torch.backends.cuda.flash_sdp_enabled():
-        dropout_p = 0.0
+FLASH_HEAD_ALIGN = 8  # attention.cpp: pad_last_dim<8, false> before _scaled_dot_product_flash_attention
+
+
+def flash_pads(q, k, v, attn_mask=None) -> bool:
+    """Whether CUDA's SDPA composite pads this call's head dims for flash (see above): fp16/bf16, no
+    mask, equal head dims <= 256 of which one is not a multiple of 8, flash enabled."""
+    dims = {t.size(-1) for t in (q, k, v)}
+    return (attn_mask is None and q.dtype in (torch.float16, torch.bfloat16) and len(dims) == 1
+            and q.size(-1) <= 256 and q.size(-1) % FLASH_HEAD_ALIGN != 0
+            and torch.backends.cuda.flash_sdp_enabled())
+
+
+def _pad_last_dim(t: torch.Tensor) -> torch.Tensor:
+    """attention.cpp ``pad_last_dim<8, false>``: ``at::pad(t, {0, pad_count})``, zeros (constant_pad_nd)."""
+    short = t.size(-1) % FLASH_HEAD_ALIGN
+    return t if short == 0 else torch.ops.aten.constant_pad_nd(t, [0, FLASH_HEAD_ALIGN - short], 0.0)
+
+
+def _composite(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa):
     out = torch.ops.aten.scaled_dot_product_attention.default.decompose(  # torch's composite (C++)
         q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
     if out is NotImplemented:  # a torch whose SDPA has no CompositeImplicitAutograd kernel
         raise RuntimeError("scaled_dot_product_attention has no composite kernel in this torch")
     return out
+
+
+def _sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None, enable_gqa=False):
+    """SDPA as a GPU's fused kernel sees it: its dropout left to the GPU model, a head dim flash
+    takes padded to a multiple of 8 (see above)."""
+    if dropout_p > 0 and torch.backends.cuda.flash_sdp_enabled():
+        dropout_p = 0.0
+    if not flash_pads(q, k, v, attn_mask):
+        return _composite(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    head_dim = q.size(-1)
+    scale = scale if scale is not None else 1.0 / math.sqrt(head_dim)  # sdp::calculate_scale(query_, scale)
+    out = _composite(_pad_last_dim(q), _pad_last_dim(k), _pad_last_dim(v), None, dropout_p, is_causal, scale,
+                     enable_gqa)  # (B, h, n, head_dim rounded up to 8)
+    return torch.ops.aten.slice(out, -1, 0, head_dim)  # post_process_flash_output: (B, h, n, head_dim), a view
 
 
 KERNELS = {"dropout": _dropout, "scaled_dot_product_attention": _sdpa}  # aten op -> its CUDA branch

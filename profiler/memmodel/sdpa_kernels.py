@@ -107,6 +107,8 @@ def _forward(backend: str, info: dict, outs: list, gpu: GpuSpec, name: _Names, d
     op = GPU_OP[backend]
     ev = [(OP, op, None)]
     if backend == "flash":
+        # (a GPU's trace has q, k, v padded to a multiple of 8 already, as attention.cpp pads them:
+        # measure/cuda_branches.py; the rounding below is then a no-op)
         # flash_api.cpp mha_fwd: out = empty_like(q_padded) [B, n, H, round8(d)];
         # softmax_lse [B, H, n] fp32; set_params_splitkv's softmax_lse_accum
         # [splits, B, H, n] and out_accum [splits, B, H, n, head_size_rounded] fp32 (freed
