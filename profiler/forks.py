@@ -11,6 +11,7 @@ So every forked worker runs single-threaded, set before it runs anything
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 from typing import Optional
@@ -21,6 +22,30 @@ def cuda_compiled() -> bool:
     import torch
 
     return bool(torch.cuda._is_compiled())
+
+
+@contextlib.contextmanager
+def checkpoints_ask_no_device():
+    """While entered, a non-reentrant ``torch.utils.checkpoint`` whose arguments are all CPU tensors
+    (every CPU run and fake trace of attnprof's) takes "cpu" as its device type without asking
+    for the accelerator. Unset, ``DefaultDeviceType.get_device_type()`` (torch/utils/checkpoint.py,
+    ``_infer_device_type``: torch 2.11 and 2.13 alike) calls
+    ``torch.accelerator.current_accelerator(True)``: on a CUDA build ``torch.cuda.is_available()``,
+    ``torch._C._cuda_getDeviceCount()``, which poisons fork and starts the driver in a process that
+    was only predicting (seen on torch 2.11.0+cu130 without a GPU, tests/profiler/
+    test_no_cuda_before_fork.py). For CPU tensors the two device types run alike (no CUDA state to
+    stash, CUDA's autocast not theirs); arguments on a GPU still give "cuda". A device type set
+    before (by the user) is kept; the unset one is put back on exit."""
+    from torch.utils.checkpoint import DefaultDeviceType
+
+    before = DefaultDeviceType._default_device_type  # torch's own field: None or "" while unset
+    if not before:
+        DefaultDeviceType.set_device_type("cpu")
+    try:
+        yield
+    finally:
+        if not before:
+            DefaultDeviceType._default_device_type = before
 
 
 def usable_cores() -> int:

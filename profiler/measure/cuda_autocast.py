@@ -28,7 +28,7 @@ flag, so such a point is predicted on fake tensors only (predict/fake_run.small_
 
 The policies are torch's lists (autocast_mode.h's AT_FORALL_* macros and autocast_mode.cpp's CUDA
 registrations); which ops the running torch registers for AutocastCUDA is read from the
-dispatcher, and tests/profiler/measure/test_cuda_autocast.py holds every listed op to the
+dispatcher (``cuda_policy_ops``: an op the running torch does not list for CUDA keeps no policy), and tests/profiler/measure/test_cuda_autocast.py holds every listed op to the
 binary's own AutocastCUDA kernel, run on fake CUDA tensors (a forward needs no GPU).
 """
 
@@ -70,6 +70,8 @@ for _policy, _names in (
     (BANNED, "binary_cross_entropy"),
 ):
     POLICIES.update(dict.fromkeys(_names.split(), _policy))
+# registered on CUDA's autocast key by a CUDA build with cuDNN, not emulated: op -> why
+NOT_EMULATED = {"_cudnn_rnn": "cuDNN RNN's own autocast wrapper (aten/src/ATen/cudnn/AutocastRNN.cpp); attnprof runs no RNN"}
 # fp32_append_dtype: the overload each redispatches to, with a trailing dtype
 _APPENDED = {"norm.Scalar": "ScalarOpt_dtype", "norm.ScalarOpt_dim": "ScalarOpt_dim_dtype",
              "norm.names_ScalarOpt_dim": "names_ScalarOpt_dim_dtype"}
@@ -159,22 +161,23 @@ def _kernel(name: str, policy: str):
     return run
 
 
+def registered(key: str) -> set:
+    """The aten ops (name.overload, or name) the running torch registers a kernel for on ``key``."""
+    return {n.split("::", 1)[1] for n in torch._C._dispatch_get_registrations_for_dispatch_key(key)
+            if n.startswith("aten::")}
+
+
 def cuda_policy_ops() -> dict:
     """Every op whose AutocastCPU kernel the context replaces: name -> CUDA's policy, None for an
-    op the CPU's lists name and CUDA's do not (run as called)."""
-    cpu = {n.split("::", 1)[1] for n in torch._C._dispatch_get_registrations_for_dispatch_key("AutocastCPU")
-           if n.startswith("aten::")}
-    out = {name: None for name in sorted(cpu) if name not in POLICIES}
-    out.update({name: policy for name, policy in POLICIES.items() if _has_op(name)})
+    op the CPU's lists name and the running torch's CUDA lists do not (run as called). The CUDA
+    lists are the ones this torch registers on AutocastCUDA (every build has them, a CPU build
+    too), each with its policy from ``POLICIES``: they change across releases (``rms_norm`` is
+    float32 on CUDA in torch 2.13 and not listed in 2.11, whose CUDA build runs the fused kernel on
+    the input as it comes)."""
+    cuda = registered("AutocastCUDA")
+    out = {name: None for name in sorted(registered("AutocastCPU")) if name not in cuda or name not in POLICIES}
+    out.update({name: policy for name, policy in POLICIES.items() if name in cuda})
     return out
-
-
-def _has_op(name: str) -> bool:
-    try:
-        _op(name)
-    except (AttributeError, RuntimeError):
-        return False  # an op this torch does not have
-    return True
 
 
 def _register(lib: torch.library.Library) -> None:

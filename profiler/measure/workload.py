@@ -42,6 +42,7 @@ from attnprof.profiler.measure.cuda_branches import cuda_branches
 from attnprof.profiler.measure.optimizer import build as build_optimizer  # issue 24: optimizer
 from attnprof.profiler.measure.optimizer import states as optimizer_states
 from attnprof.errors import UserError
+from attnprof.profiler.forks import checkpoints_ask_no_device
 from attnprof.profiler.records import Point
 from attnprof.scenarios.variants.registry import spec_of
 from attnprof.scenarios.stack.blocks import Stack
@@ -198,11 +199,12 @@ class Workload:
         """The forward pass; returns what ``backward`` starts from: the output (scope
         attention) or the scalar loss (scope model); the output under no_grad when forward-only."""
         if self.point.forward_only:
-            with torch.no_grad(), self.autocast():
+            with torch.no_grad(), self.autocast(), checkpoints_ask_no_device():
                 out = self._run()
                 self._leaving()
             return out
-        with self.autocast():  # issue 24: the forward and the loss under autocast, backward outside it
+        # (a checkpoint's device type is read in the forward, for its recomputation too: profiler/forks.py)
+        with self.autocast(), checkpoints_ask_no_device():  # issue 24: forward and loss under autocast, backward outside
             out = result = self._run()
             if self.point.scope == "model":
                 # the loss; out is no longer needed once it exists (with a vocabulary, _run's LM loss)

@@ -127,3 +127,50 @@ def test_a_caller_that_met_a_hazard_need_not_wait_for_threads_to_end(monkeypatch
     monkeypatch.setattr(forks, "probe_fork", lambda: None)
     monkeypatch.setattr(clock, "sleep", lambda s: waits.append(s))
     assert "runs 2 threads" in forks.fork_hazard(0.0) and waits == []
+
+
+def _checkpointed_step(x):
+    from torch.utils.checkpoint import checkpoint
+
+    y = checkpoint(lambda t: (t * 2).sin(), x, use_reentrant=False)
+    y.sum().backward()
+
+
+def test_a_cpu_checkpoint_asks_for_no_accelerator_inside_the_context(monkeypatch):
+    """torch/utils/checkpoint.py asks ``torch.accelerator.current_accelerator(True)`` for CPU-only
+    arguments (on a CUDA build: a device count, which poisons fork); inside the context it does not,
+    the gradient is the same, and the unset default is unset again after it."""
+    import torch
+    from torch.utils.checkpoint import DefaultDeviceType
+
+    from attnprof.profiler.forks import checkpoints_ask_no_device
+
+    asked = []
+    monkeypatch.setattr(DefaultDeviceType, "_default_device_type", None)
+    real = torch.accelerator.current_accelerator
+
+    def current_accelerator(check_available=False):  # (fork_rng asks too, without checking: no device query)
+        if check_available:
+            asked.append(1)
+            return None
+        return real(False)
+
+    monkeypatch.setattr(torch.accelerator, "current_accelerator", current_accelerator)
+    x = torch.randn(8, requires_grad=True)
+    with checkpoints_ask_no_device():
+        _checkpointed_step(x)
+    assert asked == []
+    torch.testing.assert_close(x.grad, 2 * (2 * x.detach()).cos())
+    _checkpointed_step(x)  # outside: torch asks, as before
+    assert asked == [1]
+
+
+def test_a_device_type_set_before_is_kept(monkeypatch):
+    from torch.utils.checkpoint import DefaultDeviceType
+
+    from attnprof.profiler.forks import checkpoints_ask_no_device
+
+    monkeypatch.setattr(DefaultDeviceType, "_default_device_type", "xpu")
+    with checkpoints_ask_no_device():
+        assert DefaultDeviceType.get_device_type() == "xpu"
+    assert DefaultDeviceType.get_device_type() == "xpu"

@@ -69,7 +69,7 @@ def _saved_dtypes(x: torch.Tensor, p: float) -> list:
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_autograd_saves_a_one_byte_mask_and_the_gradient_is_the_mask_scaled(dtype):
     torch.manual_seed(0)
-    x = torch.randn(64, 32, dtype=dtype, requires_grad=True)
+    x = (torch.rand(64, 32) + 0.5).to(dtype).requires_grad_()  # no zero: a kept element is a nonzero one
     assert _saved_dtypes(x, 0.25)[0] == [dtype]  # the CPU composite: noise of the input's dtype
     with cuda_branches():
         saved, y = _saved_dtypes(x, 0.25)

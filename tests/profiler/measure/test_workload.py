@@ -118,3 +118,19 @@ def test_a_measured_interleaved_record_carries_the_note():
     assert record.status == "ok", record.reason
     assert record.measured_peak_bytes == record.predicted_peak_bytes
     assert record.reason.startswith(scope_note(attention_point(INTERLEAVED)))
+
+
+@pytest.mark.parametrize("fake", [True, False])
+def test_a_checkpointed_cpu_step_asks_for_no_accelerator(fake, monkeypatch):
+    """A checkpoint of CPU tensors asks torch for the accelerator (on a CUDA build a device count,
+    which poisons fork: profiler/forks.checkpoints_ask_no_device) unless the workload says "cpu"."""
+    from torch.utils.checkpoint import DefaultDeviceType
+
+    asked = []
+    monkeypatch.setattr(DefaultDeviceType, "_default_device_type", None)
+    real = torch.accelerator.current_accelerator
+    monkeypatch.setattr(torch.accelerator, "current_accelerator",
+                        lambda check_available=False: asked.append(1) if check_available else real(False))
+    point = Point("sdpa", "checkpoint", "model", Shape(seq_len=64, d_model=32, heads=2, layers=2))
+    assert account(point, fake=fake).peak_bytes > 0
+    assert asked == []

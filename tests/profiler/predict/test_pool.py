@@ -15,6 +15,16 @@ from attnprof.profiler.predict.pool import Board, WorkerDied, run_chains
 PARENT = os.getpid()
 
 
+@pytest.fixture(autouse=True)
+def forking_allowed(monkeypatch):
+    """The pool's own mechanics, whatever build runs the suite: on a CUDA build the pytest process is
+    multi-threaded after earlier tests (autograd's device threads), and fork_allowed would keep every
+    step here. A test of the refusal sets its own hazard over this one."""
+    from attnprof.profiler import forks
+
+    monkeypatch.setattr(forks, "fork_hazard", lambda settle_s=0.5: None)
+
+
 def _square(x):
     return x * x, os.getpid()
 
