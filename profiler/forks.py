@@ -35,10 +35,11 @@ def checkpoints_ask_no_device():
     was only predicting (seen on torch 2.11.0+cu130 without a GPU, tests/profiler/
     test_no_cuda_before_fork.py). For CPU tensors the two device types run alike (no CUDA state to
     stash, CUDA's autocast not theirs); arguments on a GPU still give "cuda". A device type set
-    before (by the user) is kept; the unset one is put back on exit."""
+    before (by the user, or cached by torch) is kept; the unset one is put back on exit. The field
+    is torch's, the process's: attnprof runs one step at a time per process."""
     from torch.utils.checkpoint import DefaultDeviceType
 
-    before = DefaultDeviceType._default_device_type  # torch's own field: None or "" while unset
+    before = getattr(DefaultDeviceType, "_default_device_type", None)  # torch's own field: None or "" while unset
     if not before:
         DefaultDeviceType.set_device_type("cpu")
     try:

@@ -4,13 +4,14 @@
 # A CUDA build reaches code a CPU build never does, GPU or not: torch.cuda._is_compiled() is true,
 # so the fork rule counts threads (profiler/forks.py), a checkpoint of CPU tensors asks the CUDA
 # runtime for devices, autograd starts its device threads, and RMSNorm's fused CUDA kernel exists.
-# On 2026-12-05 this suite, on the lent GPU machine's release (torch 2.11.0+cu130), found four such
-# differences the CPU build's suite had passed (docs/gpu.md "torch versions"). The GPU check runs on
-# that release too, so this keeps the two from drifting apart.
+# On 2026-12-05 this suite, on the lent GPU machine's release (torch 2.11.0+cu130), failed where the
+# CPU build's had passed: a checkpoint's device query, another release's AutocastCUDA lists, tests
+# that assumed a CPU build (docs/gpu.md "torch versions"). The GPU check runs on that release too,
+# so this keeps the two from drifting apart.
 #
 #   scripts/cuda_build_suite.sh [PYTEST ARGS...]
 #
-#   CUDA_SUITE_TORCH=2.11.0        the torch release (PyPI's Linux wheel of it carries CUDA: ~3 GB)
+#   CUDA_SUITE_TORCH=2.11.0        the torch release (PyPI's Linux wheel carries CUDA: ~3 GB to download, ~5 GB installed)
 #   CUDA_SUITE_VENV=.venv-cuda     its virtual environment, made and filled once, kept for later runs
 #   PYTHON=python3                 the interpreter that creates it (3.11+)
 set -euo pipefail

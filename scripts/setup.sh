@@ -38,6 +38,6 @@ fi
 # An editable install leaves attnprof's own modules uncompiled (pip compiles only what it
 # copies); compile them now, as a regular install would, so that no command pays for it
 # (~0.2 s per start-up where PYTHONDONTWRITEBYTECODE keeps Python from caching them itself).
-"$VPY" -m compileall -q -x '(^|/)(\.venv|\.git|runs|test-artifacts|build|dist)(/|$)' . >/dev/null \
+"$VPY" -m compileall -q -x '(^|/)(\.venv[^/]*|\.git|runs|test-artifacts|build|dist)(/|$)' . >/dev/null \
   || echo "setup: could not precompile attnprof's modules (not needed; start-up is a little slower)" >&2
 "$VPY" -c "import attnprof.cli, torch; print('setup: attnprof ready in .venv, torch', torch.__version__)" >&2

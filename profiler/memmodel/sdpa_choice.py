@@ -150,8 +150,11 @@ def choose_sdpa_backend(gpu: GpuSpec, dtype: str, head_dim: int, head_dim_v: Opt
             return f"FlashAttention needs sm80+, this GPU is sm{cc[0]}{cc[1]}"
         if head_dim != dv or head_dim > 256:
             return "FlashAttention needs equal q/k/v head dims <= 256"
-        if requires_grad and cc in ((8, 6), (8, 9)) and head_dim > 192:
-            return "FlashAttention backward with head_dim > 192 is not supported on sm86/sm89"
+        # check_requires_grad_and_head_dim_gt192_constraints_on_sm86_89: head dims in (192, 224], or
+        # above 224 with dropout, have no backward kernel there (later torch adds sm120/121: none in the table)
+        if requires_grad and cc in ((8, 6), (8, 9)) and (192 < head_dim <= 224 or (head_dim > 224 and dropout > 0)):
+            return ("FlashAttention backward on sm86/sm89 takes no head_dim in (192, 224], nor above 224 "
+                    "with dropout")
         return None
 
     def efficient() -> Optional[str]:  # use_mem_efficient_attention: dtype, minimum_gemm_alignment

@@ -99,12 +99,19 @@ def test_a_gpus_step_pads_every_layers_qkv_and_is_predicted_alike_on_every_path(
     assert account(gpu, fake=True).peak_bytes != padded  # the unpadded composite: another step
 
 
-def test_flash_on_a_gpu_allocates_at_the_padded_head_dim_and_fp32_is_untouched():
+def _flash_head_dims(events: list) -> list:
+    """The head dim of every traced SDPA forward's query."""
+    return [e[2]["args"][0].shape[-1] for e in events if e[0] == "op" and e[1].startswith(CPU_FLASH + ".")]
+
+
+def test_flash_on_a_gpu_runs_on_the_padded_copies_and_fp32_is_untouched():
     h200 = get_gpu("h200")
-    bf16 = gpu_memory(_point(40), h200)
-    assert bf16.sdpa_backend == "flash"  # cuDNN and memory-efficient attention want multiples of 8
-    sub = substitute(record_trace(on_device(_point(40), "cuda")).events, h200, "flash")
-    flash_out = [e for e in sub.events if e[0] == "alloc" and e[3] == "_scaled_dot_product_flash_attention"][0]
-    assert flash_out[2] == 1 * 128 * 4 * 16 * 2  # out: (B, n, H, 16) bf16, from padded inputs
+    assert gpu_memory(_point(40), h200).sdpa_backend == "flash"  # cuDNN and memory-efficient want multiples of 8
+    events = record_trace(on_device(_point(40), "cuda")).events
+    assert _flash_head_dims(events) == [16, 16]  # each layer's flash call takes the padded q, k, v
+    pads = {e[1] for e in events if e[0] == "alloc" and e[3].startswith("constant_pad_nd")}
+    sub = substitute(events, h200, "flash")
+    assert pads and pads <= {e[1] for e in sub.events if e[0] == "alloc"}  # the copies stay on the GPU
     fp32 = record_trace(on_device(_point(40, dtype="float32"), "cuda")).events
+    assert _flash_head_dims(fp32) == [10, 10]
     assert not any(e[0] == "op" and e[1].startswith("constant_pad_nd") for e in fp32)

@@ -19,8 +19,9 @@ pytestmark = pytest.mark.usefixtures("default_backend_choice")  # conftest.py
     ("a100-80gb", "float64", 64, True, "math"),  # neither fused kernel takes fp64
     ("a100-80gb", "bfloat16", 320, True, "efficient"),  # flash: head_dim <= 256
     ("a100-80gb", "float32", 66, True, "math"),  # memory-efficient: head_dim divisible by 4 (fp32)
-    ("l4", "bfloat16", 256, True, "efficient"),  # sm89: no flash backward for head_dim > 192
-    ("l4", "bfloat16", 256, False, "flash"),  # ... forward only is fine
+    ("l4", "bfloat16", 208, True, "efficient"),  # sm89: no flash backward for head_dim in (192, 224]
+    ("l4", "bfloat16", 208, False, "flash"),  # ... forward only is fine
+    ("l4", "bfloat16", 256, True, "flash"),  # ... above 224 only with dropout (below)
     ("h100-sxm", "bfloat16", 64, True, "cudnn"),  # recent torch prefers cuDNN on sm90
     ("h100-sxm", "bfloat16", 256, True, "flash"),  # cuDNN: head_dim <= 128 (as modelled)
     ("h200", "float32", 64, True, "efficient"),
@@ -65,3 +66,11 @@ def test_the_cudnn_preference_by_torch_version(torch_version, cudnn, cc, prefers
 
     gpu = replace(get_gpu("h100-sxm"), compute_capability=cc)
     assert prefers_cudnn(gpu, cudnn, torch_version) is prefers
+
+
+@pytest.mark.parametrize("head_dim, dropout, backend", [(192, 0.1, "flash"), (224, 0.0, "efficient"),
+                                                        (232, 0.0, "flash"), (232, 0.1, "efficient")])
+def test_flash_backward_on_sm89_follows_torchs_head_dim_and_dropout_rule(head_dim, dropout, backend):
+    """sdp_utils.cpp check_requires_grad_and_head_dim_gt192_constraints_on_sm86_89: (192, 224] never,
+    above 224 not with dropout."""
+    assert choose_sdpa_backend(get_gpu("l4"), "bfloat16", head_dim, dropout=dropout).backend == backend
