@@ -13,6 +13,9 @@
 # attnprof is imported from this checkout (a link on PYTHONPATH), never installed. Stages, the most
 # important figures first (issue 38 item 5), each capped, all under one deadline:
 #   environment  torch, CUDA, cuDNN, driver, device, the SDPA backend torch picks for the check's shapes
+#   forks        after each warm-up step (the helper's imports and warm_up, a forward-only and a full fake-tensor
+#                trace), threads, attnprof's fork rule and a forked child's CUDA forward+backward
+#                (scripts/gpu_fork_check.py): whether the rule holds, and whether the helper may warm fake tensors
 #   sweep        every built-in variant x plain, checkpoint, reversible at 4K (d_model 1024, 16 heads, 2 layers, bf16)
 #   train        training steps: amp-bf16 + AdamW; grouped KV heads (--model-config tinyllama-1.1b, 2 layers);
 #                --vocab 32000 with --loss-chunks 4
@@ -167,6 +170,7 @@ status() {
 }
 
 environment() { run "$1" "$PYTHON" scripts/gpu_check.py environment "$WORK/environment.json" "${DRYFLAG[@]}"; }
+forks() { run "$1" "$PYTHON" scripts/gpu_fork_check.py --out "$WORK/forks.json" "${DRYFLAG[@]}"; }
 gpu_tests() {
     local rc failed
     run "$1" "$PYTHON" -m pytest -q -rfEs -p no:cacheprovider -m gpu tests > "$WORK/logs/pytest.txt" 2>&1
@@ -325,7 +329,7 @@ timeline() {
 }
 
 # Most important figures first; each stage capped, all under one deadline (a cut stage still reports what it has).
-ORDER="environment:40:environment sweep:130:sweep train:90:train long:75:long compare:20:compare time:20:time_model
+ORDER="environment:40:environment forks:30:forks sweep:130:sweep train:90:train long:75:long compare:20:compare time:20:time_model
        models:60:models seconds:60:seconds_stage probe:60:probe steps:45:steps timeline:40:timeline
        gpu-model:70:gpu_model
        gpu-tests:60:gpu_tests"

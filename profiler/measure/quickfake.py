@@ -78,7 +78,18 @@ class CpuFakeTensorMode(FakeTensorMode):
     every worker forked afterwards fails at its first CUDA tensor. True here is the answer
     torch gives on a machine without a GPU, the right one for CPU fakes (no constant on a
     CPU fake is ever moved to a device). tests/profiler/test_no_cuda_before_fork.py.
-    Build one with ``internals.new_fake_mode``, never directly."""
+    Build one with ``internals.new_fake_mode``, never directly.
+
+    Nor does entering it start the CUDA driver. With ``avoid_device_init`` true, torch's
+    ``__enter__`` calls ``torch._C._ensureCUDADeviceGuardSet()`` (c10/core/impl/
+    DeviceGuardImplInterface.cpp ``ensureCUDADeviceGuardSet``: the CUDA guard's ``deviceCount()``,
+    so ``c10::cuda::device_count()`` and ``cudaGetDeviceCount``, which calls ``cuInit``) to put a
+    no-op guard in place for fake CUDA tensors where there is no GPU. That C++ call is what
+    started the driver in the sweep's warm helper on the first real GPU, after which every
+    forked worker failed (../shared/gpu-runs/h200-2026-12-04/call2-fork-diag.txt; found with a
+    stand-in driver that records its callers, tests/profiler/test_no_driver_before_fork.py).
+    attnprof's fakes are all CPU tensors and need no CUDA guard, so the call is skipped while
+    this mode enters, on every build alike."""
 
     @property
     def avoid_device_init(self) -> bool:
@@ -87,6 +98,20 @@ class CpuFakeTensorMode(FakeTensorMode):
     @avoid_device_init.setter
     def avoid_device_init(self, value) -> None:  # an older torch assigns it in __init__
         pass
+
+    def __enter__(self):
+        probe = getattr(torch._C, "_ensureCUDADeviceGuardSet", None)
+        if probe is None:  # a torch without it: nothing to skip
+            return super().__enter__()
+        torch._C._ensureCUDADeviceGuardSet = _no_device_guard  # torch's __enter__ looks it up per call
+        try:
+            return super().__enter__()
+        finally:
+            torch._C._ensureCUDADeviceGuardSet = probe
+
+
+def _no_device_guard() -> None:
+    """Stands for ``torch._C._ensureCUDADeviceGuardSet`` while a CpuFakeTensorMode enters."""
 
 
 _UNSAFE_VIEW = torch.ops.aten._unsafe_view.default

@@ -27,7 +27,8 @@ def test_the_script_parses_and_every_stage_has_its_function():
 
 def test_the_stages_come_in_the_issues_order_and_ci_checks_each_line():
     names = [name for name, _, _ in stages()]
-    assert names[:4] == ["environment", "sweep", "train", "long"] and names[-1] == "gpu-tests"
+    # forks (seconds) right after the environment: whether the sweep's workers can use the GPU at all
+    assert names[:5] == ["environment", "forks", "sweep", "train", "long"] and names[-1] == "gpu-tests"
     assert names.index("models") < names.index("seconds") < names.index("probe") < names.index("timeline")
     ci = (ROOT / ".ci" / "run").read_text()
     listed = re.search(r"for stage in ([a-z\- ]+); do", ci).group(1).split()

@@ -234,3 +234,32 @@ def test_every_unsafe_view_is_answered_before_torchs_cache(monkeypatch, fresh_me
     assert three_views() == ([((24,), (1,))] * 3, 0) and len(calls) == 3
     monkeypatch.setattr(QuickFakeTensorMode, "quick_unsafe_views", False)
     assert three_views() == ([((24,), (1,))] * 3, 3)
+
+
+def test_entering_attnprofs_fake_mode_asks_no_cuda_device_guard(monkeypatch):
+    """torch's __enter__ calls torch._C._ensureCUDADeviceGuardSet(), whose C++ counts CUDA devices
+    (cuInit on a GPU: what broke every forked worker on the first real GPU). attnprof's fakes are
+    CPU tensors: the call is skipped while the mode enters and put back after, on an exception too."""
+    calls = []
+    real = torch._C._ensureCUDADeviceGuardSet
+    monkeypatch.setattr(torch._C, "_ensureCUDADeviceGuardSet", lambda: calls.append("asked"))
+    recorder = torch._C._ensureCUDADeviceGuardSet
+    with quickfake.CpuFakeTensorMode():
+        x = torch.empty(4, 4)
+        assert (x @ x).shape == (4, 4)
+    with QuickFakeTensorMode():
+        pass
+    assert calls == [] and torch._C._ensureCUDADeviceGuardSet is recorder
+    with FakeTensorMode() as plain:  # the control: torch's own mode asks (avoid_device_init without a GPU)
+        pass
+    if plain.avoid_device_init:
+        assert calls == ["asked"]
+
+    def broken_enter(self):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(FakeTensorMode, "__enter__", broken_enter)
+    with pytest.raises(RuntimeError, match="boom"):
+        quickfake.CpuFakeTensorMode().__enter__()
+    assert torch._C._ensureCUDADeviceGuardSet is recorder
+    assert real is not recorder

@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""Which of the sweep's warm-up steps leave a forked child able to use the GPU (issue 38 item 1).
+
+    python scripts/gpu_fork_check.py --out forks.json [--dry-run]
+
+One process runs, in order, what a process that forks GPU workers might run first; after each
+step it counts its threads, asks ``forks.fork_hazard`` whether it may fork (the rule attnprof
+follows), then forks a child that runs a forward and backward on the device and says how it
+ended. The steps:
+
+1. ``import``: torch and the worker's modules (what the warm helper imports).
+2. ``warm_up``: ``runner.preload.warm_up()``, what the helper runs today before it forks a
+   worker per point.
+3. ``fake_forward``: ``fake_run.warm_fake_tensors(forward_only=True)``, the step that started
+   the CUDA driver on the first GPU (../shared/gpu-runs/h200-2026-12-04/call2-fork-diag.txt):
+   FakeTensorMode's ``__enter__`` called ``torch._C._ensureCUDADeviceGuardSet()``, which
+   attnprof's fake mode now skips (profiler/measure/quickfake.py). A child that ends ok here
+   is what the helper needs to warm fake tensors on a CUDA build again (each CUDA worker
+   then no longer pays for FakeTensorMode's imports).
+4. ``fake_backward``: the same trace with a backward. Expected to start the driver on a GPU
+   (autograd's ``Engine::start_device_threads`` counts the devices): the helper never runs
+   it, and the check shows that the thread rule sees it.
+
+The rule is right when it never says "fork" before a child that fails. Exit 1 when it did, or
+when a step the helper runs (``import``, ``warm_up``) leaves the child failing. ``--dry-run``
+(a CPU machine: CI) runs the same steps with the children on the CPU. Ends with one
+``HEADLINE: ...`` line (scripts/gpu_check.sh).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import select
+import signal
+import sys
+import time
+from pathlib import Path
+
+CHILD_TIMEOUT_S = 30.0
+HELPER_STEPS = ("import", "warm_up")  # what runner/preload.py runs on a CUDA build before it forks
+
+
+def child_step(device: str) -> str:
+    """In the forked child: a forward and backward on ``device``; one line on how it ended."""
+    try:
+        import torch
+
+        x = torch.ones(8, 8, device=device, requires_grad=True)
+        (x @ x).sum().backward()
+        if device != "cpu":
+            torch.cuda.synchronize()
+        return "ok"
+    except BaseException as exc:  # noqa: BLE001 - reported, whatever it is
+        first = (str(exc).splitlines() or [""])[0][:160]
+        return f"FAIL {type(exc).__name__}: {first}"
+
+
+def fork_child(device: str, timeout_s: float = CHILD_TIMEOUT_S) -> str:
+    """Fork a child that runs ``child_step``; its line, or why there is none."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report, then leave without running the parent's exit handlers
+        os.close(r)
+        try:
+            os.write(w, child_step(device).encode("utf-8", "replace"))
+        finally:
+            os._exit(0)
+    os.close(w)
+    ready, _, _ = select.select([r], [], [], timeout_s)
+    said = os.read(r, 1000).decode("utf-8", "replace") if ready else ""
+    os.close(r)
+    if not ready:
+        os.kill(pid, signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
+    if not ready:
+        return f"FAIL hung: no answer in {timeout_s:g} s"
+    if not said:
+        return f"FAIL died: wait status {status}"
+    return said
+
+
+def threads() -> int | None:
+    from attnprof.profiler.forks import thread_count
+
+    return thread_count()
+
+
+def steps():
+    """(name, function) in order; each runs in this process."""
+    def imports():
+        import torch  # noqa: F401
+
+        from attnprof.profiler.runner import worker  # noqa: F401
+
+    def warm_up():
+        from attnprof.profiler.runner import preload
+
+        preload.warm_up()
+
+    def fake(forward_only: bool):
+        def run():
+            import torch
+
+            from attnprof.profiler.predict.fake_run import warm_fake_tensors
+
+            torch.set_num_threads(1)
+            warm_fake_tensors(forward_only=forward_only)
+        return run
+
+    return [("import", imports), ("warm_up", warm_up), ("fake_forward", fake(True)), ("fake_backward", fake(False))]
+
+
+def check(device: str) -> list[dict]:
+    from attnprof.profiler.forks import fork_hazard
+
+    rows = []
+    for name, fn in steps():
+        t0 = time.perf_counter()
+        try:
+            fn()
+            error = None
+        except Exception as exc:  # noqa: BLE001 - a failing step is a finding, the next steps still run
+            error = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:160]}"
+        step_s = time.perf_counter() - t0
+        hazard = fork_hazard()
+        row = {"step": name, "step_s": round(step_s, 3), "step_error": error, "threads": threads(),
+               "fork_hazard": hazard, "child": fork_child(device)}
+        row["rule_wrong"] = hazard is None and row["child"] != "ok"
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def headline(rows: list[dict], device: str) -> tuple[str, int]:
+    parts = []
+    for row in rows:
+        said = "child ok" if row["child"] == "ok" else f"child {row['child']}"
+        rule = "rule: fork" if row["fork_hazard"] is None else "rule: no fork"
+        parts.append(f"{row['step']}: {said} ({row['threads']} thread(s), {rule})")
+    wrong = [r["step"] for r in rows if r["rule_wrong"]]
+    helper_broken = [r["step"] for r in rows if r["step"] in HELPER_STEPS and (r["child"] != "ok" or r["step_error"])]
+    fake_ok = next((r["child"] == "ok" and r["fork_hazard"] is None and not r["step_error"]
+                    for r in rows if r["step"] == "fake_forward"), False)
+    verdict = []
+    if wrong:
+        verdict.append(f"THE THREAD RULE SAID FORK BEFORE A FAILING CHILD at {', '.join(wrong)}")
+    if helper_broken:
+        verdict.append(f"the helper's own steps break a child: {', '.join(helper_broken)}")
+    if device == "cpu":
+        verdict.append("CPU children say nothing of a GPU's driver")
+    else:
+        verdict.append("a forward-only fake warm-up is fork-safe here" if fake_ok
+                       else "a forward-only fake warm-up is NOT fork-safe here")
+    where = "dry run, children on the CPU" if device == "cpu" else "children on the GPU"
+    return f"{where}; " + "; ".join(parts) + "; " + "; ".join(verdict), int(bool(wrong or helper_broken))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, required=True, help="the JSON file to write")
+    ap.add_argument("--dry-run", action="store_true", help="children on the CPU (a machine without a GPU)")
+    args = ap.parse_args()
+    device = "cpu" if args.dry_run else "cuda"
+    rows = check(device)
+    line, rc = headline(rows, device)
+    import torch
+
+    doc = {"what": "each warm-up step, this process's threads, attnprof's fork rule, and a forked child's "
+                   "forward+backward on the device (scripts/gpu_fork_check.py)",
+           "device": device, "torch": torch.__version__, "cuda": torch.version.cuda, "steps": rows}
+    args.out.write_text(json.dumps(doc, indent=1), encoding="utf-8")
+    print(f"HEADLINE: {line}")
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
