@@ -22,7 +22,7 @@ ended. The steps:
    it, and the check shows that the thread rule sees it.
 
 The rule is right when it never says "fork" before a child that fails. Exit 1 when it did, or
-when a step the helper runs (``import``, ``warm_up``) leaves the child failing. ``--dry-run``
+when a step the helper runs (``import``, ``warm_up``) fails or leaves the child failing. ``--dry-run``
 (a CPU machine: CI) runs the same steps with the children on the CPU. Ends with one
 ``HEADLINE: ...`` line (scripts/gpu_check.sh).
 """
@@ -38,7 +38,7 @@ import sys
 import time
 from pathlib import Path
 
-CHILD_TIMEOUT_S = 30.0
+CHILD_TIMEOUT_S = 8.0  # well inside the stage's 30 s, so a hang is reported, not cut
 HELPER_STEPS = ("import", "warm_up")  # what runner/preload.py runs on a CUDA build before it forks
 
 
@@ -143,7 +143,11 @@ def headline(rows: list[dict], device: str) -> tuple[str, int]:
     helper_broken = [r["step"] for r in rows if r["step"] in HELPER_STEPS and (r["child"] != "ok" or r["step_error"])]
     fake_ok = next((r["child"] == "ok" and r["fork_hazard"] is None and not r["step_error"]
                     for r in rows if r["step"] == "fake_forward"), False)
+    refused = [r["step"] for r in rows if r["step"] in HELPER_STEPS and r["fork_hazard"] is not None]
     verdict = []
+    if refused:
+        verdict.append(f"the rule refuses to fork after the helper's own steps ({', '.join(refused)}): "
+                       f"every CUDA point would start a fresh interpreter")
     if wrong:
         verdict.append(f"THE THREAD RULE SAID FORK BEFORE A FAILING CHILD at {', '.join(wrong)}")
     if helper_broken:
@@ -151,7 +155,9 @@ def headline(rows: list[dict], device: str) -> tuple[str, int]:
     if device == "cpu":
         verdict.append("CPU children say nothing of a GPU's driver")
     else:
-        verdict.append("a forward-only fake warm-up is fork-safe here" if fake_ok
+        fake_error = next((r["step_error"] for r in rows if r["step"] == "fake_forward" and r["step_error"]), None)
+        verdict.append(f"the forward-only fake warm-up failed itself: {fake_error}" if fake_error
+                       else "a forward-only fake warm-up is fork-safe here" if fake_ok
                        else "a forward-only fake warm-up is NOT fork-safe here")
     where = "dry run, children on the CPU" if device == "cpu" else "children on the GPU"
     return f"{where}; " + "; ".join(parts) + "; " + "; ".join(verdict), int(bool(wrong or helper_broken))

@@ -51,6 +51,7 @@ quick key missing one field (storage bytes) is caught.
 from __future__ import annotations
 
 import inspect
+import threading
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
@@ -100,14 +101,18 @@ class CpuFakeTensorMode(FakeTensorMode):
         pass
 
     def __enter__(self):
-        probe = getattr(torch._C, "_ensureCUDADeviceGuardSet", None)
-        if probe is None:  # a torch without it: nothing to skip
-            return super().__enter__()
-        torch._C._ensureCUDADeviceGuardSet = _no_device_guard  # torch's __enter__ looks it up per call
-        try:
-            return super().__enter__()
-        finally:
-            torch._C._ensureCUDADeviceGuardSet = probe
+        with _GUARD_SWAP:  # one swap at a time: two threads would each put back the other's stand-in
+            probe = getattr(torch._C, "_ensureCUDADeviceGuardSet", None)
+            if probe is None or probe is _no_device_guard:  # a torch without it, or a nested enter
+                return super().__enter__()
+            try:
+                torch._C._ensureCUDADeviceGuardSet = _no_device_guard  # torch's __enter__ looks it up per call
+                return super().__enter__()
+            finally:
+                torch._C._ensureCUDADeviceGuardSet = probe
+
+
+_GUARD_SWAP = threading.RLock()
 
 
 def _no_device_guard() -> None:

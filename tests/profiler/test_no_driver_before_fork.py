@@ -7,7 +7,7 @@ error: initialization error"): the first real GPU's sweep lost every point to th
 where the Python-level simulation of test_no_cuda_before_fork.py cannot look. Here the driver
 itself is replaced: ``cudastub/libcuda_stub.c``, built with the machine's C compiler, stands on
 LD_LIBRARY_PATH as ``libcuda.so.1``, answers every entry point with "no device" and records each
-call with its C and Python stacks; ``cudastub/sitecustomize.py`` logs every fork from a process
+call with its C stack (and a process's first call with its Python stack); ``cudastub/sitecustomize.py`` logs every fork from a process
 that made one. Only a CUDA build loads a driver, so these run in scripts/cuda_build_suite.sh
 (CI runs it) and are skipped on a CPU build.
 """

@@ -72,3 +72,13 @@ def test_a_child_that_hangs_or_dies_is_reported_not_waited_for(fork_check, monke
     assert fork_check.fork_child("cpu", timeout_s=0.5) == "FAIL hung: no answer in 0.5 s"  # killed, not awaited
     monkeypatch.setattr(fork_check, "child_step", lambda device: os._exit(3))
     assert fork_check.fork_child("cpu", timeout_s=10).startswith("FAIL died")
+
+
+def test_a_rule_that_refuses_to_fork_after_the_helpers_steps_is_said(fork_check):
+    """Not a failure (every point still runs, in a fresh interpreter), but the sweep slows: said."""
+    line, rc = fork_check.headline([row("import"), row("warm_up", hazard="this process runs 2 threads"),
+                                    row("fake_forward"), row("fake_backward")], "cuda")
+    assert rc == 0 and "the rule refuses to fork after the helper's own steps (warm_up)" in line
+    line, _ = fork_check.headline([row("import"), row("warm_up"), row("fake_forward", error="RuntimeError: x"),
+                                   row("fake_backward")], "cuda")
+    assert "the forward-only fake warm-up failed itself: RuntimeError: x" in line

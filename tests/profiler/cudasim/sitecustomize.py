@@ -13,7 +13,8 @@ ATTNPROF_SIM_DRIVER_THREAD simulates what the first real GPU showed (torch 2.11.
 H200): something inside torch's C++ starts the CUDA driver, which leaves a thread running, and a
 child forked afterwards fails at its first CUDA use ("CUDA error: initialization error").
 ``fake``: the driver starts at a process's first FakeTensorMode (as it did there, in the warm
-helper's fake-tensor warm-up); ``start``: at interpreter start, in every process (some unknown
+helper's fake-tensor warm-up; attnprof's own fake mode no longer starts it, test_no_driver_before_fork.py,
+so this is now the worst case the thread rule must survive); ``start``: at interpreter start, in every process (some unknown
 step started it). The driver is a real OS thread named ``cuda-EvtHandlr`` (it counts in
 /proc/self/status); a child forked from a process that runs it logs and raises at its first
 fake-tensor run or backward (where the real one failed).

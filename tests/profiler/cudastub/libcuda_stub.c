@@ -38,7 +38,10 @@ static void note(const char *entry, const char *arg) {
   void *frames[48];
   backtrace_symbols_fd(frames, backtrace(frames, 48), fd);
   close(fd);
-  if (calls == 1) raise(SIGUSR2);
+  struct sigaction handler;
+  if (calls == 1 && sigaction(SIGUSR2, NULL, &handler) == 0 && handler.sa_handler != SIG_DFL &&
+      handler.sa_handler != SIG_IGN)
+    raise(SIGUSR2); /* only where faulthandler took it (sitecustomize.py): unhandled, it would kill */
 }
 
 enum { NO_DEVICE = 100, NOT_FOUND = 500 }; /* CUDA_ERROR_NO_DEVICE, CUDA_ERROR_NOT_FOUND */
