@@ -53,8 +53,9 @@ def child_step(device: str) -> str:
             torch.cuda.synchronize()
         return "ok"
     except BaseException as exc:  # noqa: BLE001 - reported, whatever it is
-        first = (str(exc).splitlines() or [""])[0][:160]
-        return f"FAIL {type(exc).__name__}: {first}"
+        from attnprof.profiler.runner.failures import failure_reason
+
+        return f"FAIL {failure_reason(exc)}"
 
 
 def fork_child(device: str, timeout_s: float = CHILD_TIMEOUT_S) -> str:
@@ -114,6 +115,7 @@ def steps():
 
 def check(device: str) -> list[dict]:
     from attnprof.profiler.forks import fork_hazard
+    from attnprof.profiler.runner.failures import failure_reason
 
     rows = []
     for name, fn in steps():
@@ -122,7 +124,7 @@ def check(device: str) -> list[dict]:
             fn()
             error = None
         except Exception as exc:  # noqa: BLE001 - a failing step is a finding, the next steps still run
-            error = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:160]}"
+            error = failure_reason(exc)
         step_s = time.perf_counter() - t0
         hazard = fork_hazard()
         row = {"step": name, "step_s": round(step_s, 3), "step_error": error, "threads": threads(),
@@ -141,8 +143,7 @@ def headline(rows: list[dict], device: str) -> tuple[str, int]:
         parts.append(f"{row['step']}: {said} ({row['threads']} thread(s), {rule})")
     wrong = [r["step"] for r in rows if r["rule_wrong"]]
     helper_broken = [r["step"] for r in rows if r["step"] in HELPER_STEPS and (r["child"] != "ok" or r["step_error"])]
-    fake_ok = next((r["child"] == "ok" and r["fork_hazard"] is None and not r["step_error"]
-                    for r in rows if r["step"] == "fake_forward"), False)
+    fake = next((r for r in rows if r["step"] == "fake_forward"), None)
     refused = [r["step"] for r in rows if r["step"] in HELPER_STEPS and r["fork_hazard"] is not None]
     verdict = []
     if refused:
@@ -155,10 +156,12 @@ def headline(rows: list[dict], device: str) -> tuple[str, int]:
     if device == "cpu":
         verdict.append("CPU children say nothing of a GPU's driver")
     else:
-        fake_error = next((r["step_error"] for r in rows if r["step"] == "fake_forward" and r["step_error"]), None)
-        verdict.append(f"the forward-only fake warm-up failed itself: {fake_error}" if fake_error
-                       else "a forward-only fake warm-up is fork-safe here" if fake_ok
-                       else "a forward-only fake warm-up is NOT fork-safe here")
+        if fake is not None and fake["step_error"]:
+            verdict.append(f"the forward-only fake warm-up failed itself: {fake['step_error']}")
+        elif fake is not None and fake["child"] == "ok" and fake["fork_hazard"] is None:
+            verdict.append("a forward-only fake warm-up is fork-safe here")
+        else:
+            verdict.append("a forward-only fake warm-up is NOT fork-safe here")
     where = "dry run, children on the CPU" if device == "cpu" else "children on the GPU"
     return f"{where}; " + "; ".join(parts) + "; " + "; ".join(verdict), int(bool(wrong or helper_broken))
 
