@@ -57,11 +57,11 @@ def variants(as_json: JsonOpt = False):
         typer.echo(strict_json([asdict(v) for v in found], indent=1))
         return
     for v in found:
-        typer.echo(f"{v.name:<15} {v.description}")
+        say(f"{v.name:<15} {v.description}")
         if v.paper:
-            typer.echo(f"{'':<15} paper: {v.paper}")
+            say(f"{'':<15} paper: {v.paper}")
         for o in v.options:
-            typer.echo(f"{'':<15} option {o.name} ({o.type}, default {o.default}): {o.help}")
+            say(f"{'':<15} option {o.name} ({o.type}, default {o.default}): {o.help}")
 
 
 def _variants_from_registry() -> list:
@@ -140,6 +140,10 @@ def predict(scenario: ScenarioOpt = None,
         say(result.table())
     for path in result.timeline_files:
         typer.echo(f"wrote {printable(path)}", err=True)
+    failed = result.failed()
+    if failed:  # the table (or JSON) above holds every prediction that worked; the exit says some did not
+        say(f"error: {failed}", err=True)
+        raise typer.Exit(1)
 
 
 @app.command("compare-timelines")
@@ -228,8 +232,8 @@ def sweep(scenario: ScenarioOpt = None,
 
     def banner(run: api.SweepRun) -> None:  # after every check: a refusal prints only its error
         limit = fmt_bytes(run.mem_limit_bytes) if run.mem_limit_bytes else "each device's memory"
-        typer.echo(f"attnprof sweep: scenario {run.scenario.name}, device {run.device}, executor "
-                   f"{executor.value}, memory limit {limit}, out {run.out}", err=True)
+        say(f"attnprof sweep: scenario {run.scenario.name}, device {run.device}, executor "
+            f"{executor.value}, memory limit {limit}, out {run.out}", err=True)  # a name from a file, a path
 
     run = api.sweep(scenario, **api_keywords(flags), device=device, mem_limit=mem_limit, out=out, resume=resume, report=report, progress=not quiet,
                     on_start=banner, log=lambda line: say(line, err=True), gpus=gpu,
@@ -237,12 +241,12 @@ def sweep(scenario: ScenarioOpt = None,
                     ray_cpus_per_point=ray_cpus_per_point, gpu_types=gpu_types, timeline=timeline)
     print_outcome(run)
     if run.interrupted:
-        typer.echo(f"interrupted: every finished point is in {run.results_path}; "
-                   f"complete it with: attnprof sweep ... --out {run.out} --resume", err=True)
+        say(f"interrupted: every finished point is in {run.results_path}; "
+            f"complete it with: attnprof sweep ... --out {run.out} --resume", err=True)
         raise typer.Exit(run.exit_code)
     if run.report_path:
-        typer.echo(f"report: {run.report_path}")
-    typer.echo(f"results: {run.results_path}")
+        say(f"report: {run.report_path}")
+    say(f"results: {run.results_path}")
     failure = run.failure()  # issue 38: a sweep that measured nothing is loud
     if failure:
         say(f"error: {failure}", err=True)  # it quotes a reason read back from the run folder
@@ -280,7 +284,7 @@ def report(run_dir: Annotated[Path, typer.Argument(
     path = api.report(run_dir, output=output, baseline=baseline, seconds=seconds, gpus=gpu, gpu_files=gpu_file or (),
                       no_cache=no_cache, log=lambda line: say(line, err=True),
                       timeline_points=timeline_point or ())
-    typer.echo(f"report: {path}")
+    say(f"report: {path}")
 
 
 @app.command(epilog="[bold]Examples[/]\n\n"
@@ -334,7 +338,7 @@ def export(run_dir: Annotated[Path, typer.Argument(
     if done.out is None:
         typer.echo(done.data, nl=False)
     else:
-        typer.echo(f"export: {done.records} record(s) as {done.format} in {done.out}", err=True)
+        say(f"export: {done.records} record(s) as {done.format} in {done.out}", err=True)
 
 
 # --- the console entry point ---------------------------------------------------------------------

@@ -68,6 +68,7 @@ def export(run_dir: PathLike, *, format: str = "csv", out: Optional[PathLike] = 
 def _check_target(target: Path, run_dir: Path) -> None:
     """A folder, a file in a folder that does not exist, or one of the run's own files is
     refused before any work."""
+    from attnprof.profiler import safeio
     from attnprof.profiler.runner.storage import WRITTEN_FILES
 
     try:
@@ -76,9 +77,14 @@ def _check_target(target: Path, run_dir: Path) -> None:
         own = False
     if own:
         raise UsageProblem(f"--out {target} is one of the run folder's own files; choose another name")
-    if target.is_dir():
+    safeio.check_file_writable(target, "--out")  # a name too long, a read-only folder: one line
+    try:
+        folder, there = target.is_dir(), target.parent.is_dir()
+    except OSError as exc:
+        raise UsageProblem(f"--out {target}: {exc.strerror or exc}") from None
+    if folder:
         raise UsageProblem(f"--out {target} is a folder; give a file name")
-    if not target.parent.is_dir():
+    if not there:
         raise UsageProblem(f"--out {target}: folder {target.parent} does not exist")
 
 

@@ -31,6 +31,14 @@ class Predictions:
     gpu_labels: dict = field(default_factory=dict)  # GPU key -> as printed (GpuSpec.label: an override says so)
     timeline_files: list = field(default_factory=list)  # paths written by timeline= (snapshot, trace per point)
 
+    def failed(self):
+        """One line when some prediction failed (a record or a budget row with status ``error``),
+        naming how many and the first reason; None when none did."""
+        reasons = [r.get("reason") or "no reason given" for r in self.records if r.get("status") == "error"]
+        if not reasons:
+            return None
+        return f"{len(reasons)} of {len(self.records)} predictions failed; the first: {reasons[0]}"
+
     def table(self) -> str:
         from attnprof.profiler.predict.points import format_table
 
@@ -180,8 +188,11 @@ def _predictions(scenario, overrides: dict, *, budget, gpus, gpu_files, resoluti
 
 def named_gpus(gpus, gpu_files) -> list:
     """The GpuSpecs of ``gpus`` (none given: []); a name list that names nothing (``--gpu ''``,
-    ``--gpu ',,'``) is refused in one line, never a prediction that silently models no GPU."""
+    ``--gpu ',,'``) is refused in one line, never a prediction that silently models no GPU; so
+    are GPU files without a name to read them for."""
     if gpus is None or (not isinstance(gpus, str) and len(gpus) == 0):
+        if gpu_files:
+            raise UsageProblem("--gpu-file adds GPUs that --gpu NAME can name; without --gpu it would be ignored")
         return []
     return gpu_table(gpus, gpu_files)
 

@@ -16,8 +16,11 @@ names its entries after it), and, for a ``sweep --gpu-types`` folder, ``gpu_type
 
 The records come from a run folder, which is data from anyone: a text cell that a
 spreadsheet would run as a formula (starting with ``=``, ``+``, ``-``, ``@``, a tab or a
-carriage return) is written to CSV behind a ``'`` (OWASP's advice for CSV injection);
-JSON is ASCII with every control character escaped; nothing non-finite is written.
+carriage return) is written to CSV behind a ``'`` (OWASP's advice for CSV injection), and
+every control character or lone surrogate in a CSV text cell is spelled out (``printable``:
+a raw CR split rows, since the csv module quotes only its own line terminator; ESC reached
+the terminal); JSON is ASCII with every control character escaped; nothing non-finite is
+written.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from functools import lru_cache
 
 from attnprof.errors import UserError
 from attnprof.profiler.records import PointRecord, step_time_ms
-from attnprof.profiler.units import strict_json
+from attnprof.profiler.units import printable, strict_json
 from attnprof.reports.benchmark_action import point_name
 
 BREAKDOWN = "predicted_breakdown_bytes"
@@ -103,7 +106,7 @@ def _csv_cell(value) -> str:
         return repr(value)  # the shortest text that reads back as the same float
     if isinstance(value, (list, dict)):
         return strict_json(value)
-    text = str(value)
+    text = printable(value)  # a CR, ESC or lone surrogate from a hostile run folder: spelled out, never raw
     return "'" + text if text.startswith(FORMULA_START) else text
 
 

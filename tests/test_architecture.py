@@ -104,7 +104,7 @@ def test_the_data_model_imports_no_heavy_library(module):
 # map in step: this is the one statement of the order that is checked.
 LAYERS = (
     ("L0a", {"attnprof", "profiler", "errors", "profiler.units", "profiler.lifeline", "profiler.aten_ops",
-             "profiler.safe_points"}),
+             "profiler.safe_points", "profiler.failure_text"}),
     ("L0b", {"profiler.records", "profiler.safeio", "profiler.collector", "profiler.forks"}),  # the data model, I/O
     ("L1", {"scenarios"}),
     ("L2", {"profiler.hardware"}),  # the GPU spec table, read by both models

@@ -2,6 +2,7 @@
 shared flags defined once, and a start-up that imports no torch, pandas or matplotlib."""
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -108,6 +109,28 @@ def test_predict_json_has_the_documented_fields():
     assert {r["variant"] for r in rows} == {"sdpa", "lsh[n_hashes=4]"}
 
 
+@pytest.mark.slow
+def test_predict_with_a_plugin_that_names_cuda_ends_in_one_line_not_an_abort(tmp_path):
+    """A plug-in that makes a tensor on "cuda" used to abort the process (std::terminate in autograd,
+    no Python error); now its point says why, the other point is predicted, and the exit is 1."""
+    (tmp_path / "cuda_attn.py").write_text(
+        "import torch\nfrom attnprof.scenarios.variants.full import FullAttention\n"
+        "class OnCuda(FullAttention):\n    description = 'names cuda'\n    paper = 'me, arXiv 0000.00000'\n"
+        "    def core(self, q, k, v):\n        bias = torch.zeros(1, device='cuda', requires_grad=True)\n"
+        "        return super().core(q, k, v) + bias.to(q.device)\n")
+    done = subprocess.run([sys.executable, "-m", "attnprof", "predict", "--variant", "cuda_attn:OnCuda,full",
+                           "--mode", "plain", "--seq-len", "256", "--d-model", "32", "--heads", "2", "--layers", "1",
+                           "--json"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [
+                              str(tmp_path), os.environ.get("PYTHONPATH")]))})
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr and "terminate" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith(
+        "error: 1 of 2 predictions failed; the first: RuntimeError: attnprof traces on the CPU, but aten.zeros")
+    rows = json.loads(done.stdout)
+    assert [r["status"] for r in rows] == ["error", "ok"] and rows[1]["predicted_peak_bytes"] > 0
+
+
 def test_predict_full_attention_at_64k_reports_the_16_gib_scores():
     result = runner.invoke(app, ["predict", "--variant", "full", "--scope", "attention", "--batch", "1", "--heads", "1",
                                  "--head-dim", "64", "--dtype", "float32", "--seq-len", "65536", "--forward-only"])
@@ -183,6 +206,24 @@ def test_an_interrupted_sweep_exits_128_plus_its_signal(monkeypatch, tmp_path, s
     result = runner.invoke(app, ["sweep", "--out", str(tmp_path / "run")])
     assert result.exit_code == code
     assert "--resume" in result.stderr and "attnprof sweep: scenario" in result.stderr
+
+
+def test_the_sweeps_banner_and_paths_are_spelled_out(monkeypatch, tmp_path):
+    """A scenario file's name and an --out path reach the terminal escaped: ESC cleared the screen."""
+    summary = SimpleNamespace(interrupted=True, records=[], kept=0, wall_s=1.0, compute_s=1.0, timed_s=0.5,
+                              ahead_s=0.0)
+    out = tmp_path / "run\r\x07"
+
+    def fake_sweep(*args, on_start=None, **kwargs):
+        run = api.SweepRun(out, api.Scenario(name="evil\x1b[2J\x07\u202e"), "cpu", 1 << 30, summary)
+        on_start(run)
+        return run
+
+    monkeypatch.setattr(api, "sweep", fake_sweep)
+    result = runner.invoke(app, ["sweep", "--out", str(out)])
+    assert result.exit_code == 130
+    assert not any(ch in result.stderr for ch in "\x1b\x07\r\u202e"), repr(result.stderr)
+    assert "scenario evil\\x1b[2J\\x07\\u202e" in result.stderr and "run\\r\\x07" in result.stderr
 
 
 def test_a_sweep_that_measured_nothing_names_its_reason_spelled_out(monkeypatch, tmp_path):

@@ -82,6 +82,25 @@ def _write_json(doc: dict, json_file: Optional[str | Path]) -> None:
         _write(json_file, units.strict_json(doc, indent=2) + "\n", what="--json-out file")
 
 
+def _check_outputs(markdown_file: Optional[str | Path], json_file: Optional[str | Path]) -> None:
+    """GateError, before any comparison is printed, for a --markdown or --json-out file that
+    could not be written: a folder, a folder that does not exist, a name too long, a read-only place."""
+    for path, what in ((markdown_file, "--markdown file"), (json_file, "--json-out file")):
+        if not path:
+            continue
+        path = Path(path)
+        try:
+            safeio.check_file_writable(path, what)
+            folder, there = path.is_dir(), path.parent.is_dir()
+        except safeio.UnwritablePath as exc:
+            raise GateError(str(exc)) from None
+        except OSError as exc:
+            raise GateError(f"cannot write {what} {path}: {exc.strerror or exc}") from None
+        if folder or not there:
+            raise GateError(f"cannot write {what} {path}: " + ("it is a folder" if folder else
+                                                               f"folder {path.parent} does not exist"))
+
+
 def run_gate(baseline: str | Path, run_dir: str | Path, tolerance_pct: float | str = DEFAULT_TOLERANCE_PCT,
              abs_tolerance_bytes: int | str = DEFAULT_ABS_TOLERANCE, allow_missing: bool = False,
              markdown_file: Optional[str | Path] = None, json_file: Optional[str | Path] = None,
@@ -103,6 +122,7 @@ def run_gate(baseline: str | Path, run_dir: str | Path, tolerance_pct: float | s
                 f"scenario {doc['scenario'].get('name')!r}, {doc['device']} {doc['device_name']}".rstrip()
                 + (f"; {skipped} invalid record(s) skipped (--skip-invalid)" if skipped else ""))
             return 0
+        _check_outputs(markdown_file, json_file)  # refused before the table: no PASS printed, then an error
         result = compare(baseline, run_dir, parse_tolerance(tolerance_pct), parse_bytes(abs_tolerance_bytes),
                          allow_missing, skip_invalid)
         out(format_table(result).rstrip("\n"))

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Iterable, Optional, Union
 
 from attnprof.errors import UserError
-from attnprof.profiler.units import printable
+from attnprof.profiler.units import fmt_bytes, printable
 
 BUILTIN_FILE = Path(__file__).with_name("gpus.toml")
 ENV_VAR = "ATTNPROF_GPUS"
@@ -283,7 +283,7 @@ def format_gpus(table: dict[str, GpuSpec]) -> str:
     rows = [head]
     for spec in sorted(table.values(), key=lambda s: (s.memory_bytes, s.key)):
         t = spec.tflops
-        rows.append([spec.label, f"{spec.memory_bytes / 2**30:.1f} GiB", f"{spec.bandwidth_bytes_per_s / 1e12:.2f} TB/s",
+        rows.append([spec.label, fmt_bytes(spec.memory_bytes), f"{spec.bandwidth_bytes_per_s / 1e12:.2f} TB/s",
                      spec.cc_text, str(spec.sm_count), *(f"{t[d]:g}" if d in t else "-" for d in
                                                          ("fp32", "tf32", "bf16", "fp16", "fp64")), printable(spec.name)])
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]

@@ -90,7 +90,20 @@ class CpuFakeTensorMode(FakeTensorMode):
     forked worker failed (../shared/gpu-runs/h200-2026-12-04/call2-fork-diag.txt; found with a
     stand-in driver that records its callers, tests/profiler/test_no_driver_before_fork.py).
     attnprof's fakes are all CPU tensors and need no CUDA guard, so the call is skipped while
-    this mode enters, on every build alike."""
+    this mode enters, on every build alike.
+
+    So it refuses, as a Python error, an op asked to make a tensor on any device but the CPU
+    (or ``meta``): a variant that hard-codes ``device="cuda"`` is traced on the CPU, where torch
+    would make the fake, then abort the whole process (C++ ``std::terminate``, no Python error)
+    the first time autograd records it (``InputMetadata`` asks the device's guard: "not linked
+    with support for cuda devices" on a CPU build, no device on a CUDA one)."""
+
+    def dispatch(self, func, types, args=(), kwargs=None):
+        device = kwargs.get("device") if kwargs else None
+        if device is not None and torch.device(device).type not in _TRACED_DEVICES:
+            raise RuntimeError(f"attnprof traces on the CPU, but {func} was asked for a tensor on {device}: "
+                               "make tensors on the inputs' device (x.device), not a named one")
+        return super().dispatch(func, types, args, kwargs)
 
     @property
     def avoid_device_init(self) -> bool:
@@ -113,6 +126,7 @@ class CpuFakeTensorMode(FakeTensorMode):
 
 
 _GUARD_SWAP = threading.RLock()
+_TRACED_DEVICES = ("cpu", "meta")
 
 
 def _no_device_guard() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Optional
 
+from attnprof.errors import UserError
 from attnprof.profiler.hardware.checked import FIELD as CHECKED, how_sure
 from attnprof.profiler.hardware.gpus import GpuSpec
 from attnprof.profiler.measure.device_kernels import on_device
@@ -18,6 +19,7 @@ from attnprof.profiler.predict.fake_run import predict
 from attnprof.profiler.predict.pool import spread
 from attnprof.profiler.predict.search import longest_index
 from attnprof.profiler.records import Point
+from attnprof.profiler.failure_text import failure_reason
 
 
 def predict_gpu(point: Point, gpu: GpuSpec, cache: Optional[TraceCache] = None,
@@ -39,7 +41,19 @@ def predict_gpu(point: Point, gpu: GpuSpec, cache: Optional[TraceCache] = None,
 def _point_job(job) -> list[dict]:
     point, gpus = job
     cache = TraceCache()
-    return [{**predict_gpu(point, gpu, cache).fields(), CHECKED: how_sure(point.identity(), gpu)} for gpu in gpus]
+    return [_gpu_fields(point, gpu, cache) for gpu in gpus]
+
+
+def _gpu_fields(point: Point, gpu: GpuSpec, cache: TraceCache) -> dict:
+    """One point's gpu_* fields on ``gpu``; where the model's trace fails (a plug-in's bug, or
+    attnprof's), none, and the record's status and reason say so: the other points keep theirs."""
+    try:
+        return {**predict_gpu(point, gpu, cache).fields(), CHECKED: how_sure(point.identity(), gpu)}
+    except UserError:
+        raise
+    except Exception as exc:
+        return {**dict.fromkeys(GPU_FIELDS), "gpu": gpu.key, CHECKED: "", "status": "error",
+                "reason": f"GPU model: {failure_reason(exc)}"}
 
 
 def add_gpu_fields(records: list[dict], points: list[Point], gpus: list[GpuSpec]) -> list[dict]:
@@ -113,6 +127,7 @@ def _series_search(job) -> tuple[list[dict], dict]:
     lengths = [start << i for i in range(64) if start << i <= limit]
     cache = TraceCache()
     known: dict = {}  # n -> {gpu key: GpuPrediction} or a refusal reason
+    failed: dict = {}  # n -> why its prediction failed (also in known)
 
     def point_at(n: int) -> Point:
         return replace(template, shape=shape_at(scenario, n))
@@ -121,7 +136,13 @@ def _series_search(job) -> tuple[list[dict], dict]:
         if n not in known:
             point = point_at(n)
             problem = shape_problem(point)
-            known[n] = problem or {g.key: predict_gpu(point, g, cache, budget_bytes) for g in gpus}
+            try:
+                known[n] = problem or {g.key: predict_gpu(point, g, cache, budget_bytes) for g in gpus}
+            except UserError:
+                raise
+            except Exception as exc:  # read as "does not fit" by the search; the row says it was not predicted
+                failed[n] = failure_reason(exc)
+                known[n] = f"prediction failed: {failed[n]}"
         return known[n]
 
     accepted = [n for n in lengths if shape_problem(point_at(n)) is None]
@@ -150,6 +171,9 @@ def _series_search(job) -> tuple[list[dict], dict]:
             row = {**point_at(best).identity(), **at(best)[gpu.key].fields(),
                    "predicted_peak_bytes": at(best)[gpu.key].traced_peak_bytes,
                    CHECKED: how_sure(point_at(best).identity(), gpu)}
-        rows.append({**row, "gpu": gpu.key, "budget_bytes": budget_bytes, "limit_bytes": limit_bytes,
+        if failed:  # a length read as "does not fit" was in fact not predicted
+            row.update(status="error", reason=next(iter(failed.values())))
+            reason = f"prediction failed: {row['reason']}"
+        rows.append({"status": "ok", "reason": "", **row, "gpu": gpu.key, "budget_bytes": budget_bytes, "limit_bytes": limit_bytes,
                      "longest_fitting_seq_len": lengths[lo] if lo >= 0 else None, "limited_by": reason})
     return rows, {n: (point_at(n), r) for n, r in known.items()}

@@ -14,6 +14,7 @@ import math
 from dataclasses import replace
 from typing import Optional
 
+from attnprof.errors import UserError
 from attnprof.profiler.forks import usable_cores
 from attnprof.profiler.measure.workload import kv_repeat, scope_note
 from attnprof.profiler.predict.fake_run import predict
@@ -22,6 +23,7 @@ from attnprof.profiler.predict.pool import run_chains, spread
 from attnprof.profiler.predict.search import bracket, longest_index
 from attnprof.scenarios.plan import series, shape_at, shape_problem
 from attnprof.profiler.records import Point
+from attnprof.profiler.failure_text import failure_reason
 from attnprof.profiler.units import fmt_bytes, fmt_flops, printable
 from attnprof.scenarios.scenario import Scenario
 
@@ -40,7 +42,13 @@ def prediction_record(point: Point, rates=None) -> dict:
         return {**record, "status": "skipped", "reason": problem, "predicted_peak_bytes": None, "flops": None}
     record["reason"] = scope_note(point)
     record["kv_repeat"] = kv_repeat(point)  # issue 24
-    acc = predict(point)
+    try:
+        acc = predict(point)
+    except UserError:
+        raise
+    except Exception as exc:  # a plug-in's bug, or attnprof's: this point says so, the others are still predicted
+        return {**record, "status": "error", "reason": failure_reason(exc), "predicted_peak_bytes": None,
+                "flops": None}
     return {**record, "predicted_peak_bytes": acc.peak_bytes, "predicted_breakdown_bytes": acc.breakdown_bytes,
             "largest_at_peak": acc.largest_at_peak,
             "predicted_peak_op": acc.peak_op, "predicted_peak_pass": acc.peak_pass,  # issue 24: peak split
@@ -163,6 +171,10 @@ def _longest_in_series(scenario: Scenario, template: Point, budget: int, start: 
             reason = f"{above} tokens would need {fmt_bytes(record['predicted_peak_bytes'])}"
     row = dict((yield from s.at(best))) if best else {**template.identity(), "seq_len": None,
                                                       "predicted_peak_bytes": None}
+    failed = [r["reason"] for r in s.records.values() if r["status"] == "error"]
+    if failed:  # a length the search read as "does not fit" was in fact not predicted
+        row.update(status="error", reason=failed[0])
+        reason = f"prediction failed: {failed[0]}"
     return {**row, "budget_bytes": budget, "longest_fitting_seq_len": best, "limited_by": reason,
             "resolution": resolution, "monotone": monotone, "monotone_note": note,
             "lengths_predicted": len(s.records)}

@@ -23,13 +23,14 @@ sweep exited 0 (../shared/gpu-runs/h200-2026-12-04/README.md; issue 38). So:
 from __future__ import annotations
 
 import re
-import traceback
 from collections import Counter
 from pathlib import Path
 from typing import Optional
 
 from attnprof.errors import UserError
 from attnprof.profiler import safeio
+from attnprof.profiler.failure_text import (MAX_LOG_CHARS, MESSAGE_CHARS, failure_reason, first_line,  # noqa: F401
+                                           full_traceback, innermost_frame, ours)
 from attnprof.profiler.records import Point, PointRecord
 from attnprof.profiler.runner.storage import LOGS_DIR
 from attnprof.profiler.timeline.files import file_name
@@ -37,57 +38,9 @@ from attnprof.profiler.timeline.files import file_name
 LOG_SUFFIX = ".log"
 TRACEBACK_KEY = "traceback_text"  # in a worker's row only; never a field of results.jsonl
 STDERR_KEY = "stderr_text"  # a dead or hung worker's standard error (runner/worker_stderr.py); never a field
-MESSAGE_CHARS = 240  # of the first line of an exception's message, in a reason
-MAX_LOG_CHARS = 256 * 1024  # a traceback longer than this is cut (its end kept: the innermost frames)
 FAILED = ("error", "oom")  # the statuses an exception in a worker gives
 LOGGED = FAILED + ("crashed", "timeout")  # the statuses whose point may leave a log
 LOG_KEYS = (TRACEBACK_KEY, STDERR_KEY)  # what a worker's result may carry for the log
-_ROOT = Path(__file__).resolve().parents[2]  # the attnprof package: the repository root
-
-
-def first_line(exc: BaseException) -> str:
-    """The first non-blank line of the message, spaces collapsed, cut at MESSAGE_CHARS."""
-    for line in str(exc).splitlines():
-        text = " ".join(line.split())
-        if text:
-            return text if len(text) <= MESSAGE_CHARS else text[:MESSAGE_CHARS - 3] + "..."
-    return ""
-
-
-def ours(filename: str) -> Optional[str]:
-    """``filename`` relative to the attnprof package, or None for a file outside it (torch,
-    the standard library, a plug-in) or inside one of its hidden folders (its .venv)."""
-    try:
-        relative = Path(filename).resolve().relative_to(_ROOT)
-    except (ValueError, OSError, RuntimeError):
-        return None
-    if any(part.startswith(".") or part == "site-packages" for part in relative.parts):
-        return None
-    return relative.as_posix()
-
-
-def innermost_frame(exc: BaseException) -> Optional[str]:
-    """``file:line`` of the innermost frame of ``exc``'s traceback inside attnprof."""
-    found = None
-    for frame in traceback.extract_tb(exc.__traceback__):
-        where = ours(frame.filename)
-        if where is not None:
-            found = f"{where}:{frame.lineno}"
-    return found
-
-
-def failure_reason(exc: BaseException) -> str:
-    """``Type: first line of the message (at file:line)``: one line, for a point's reason."""
-    message = first_line(exc)
-    where = innermost_frame(exc)
-    text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
-    return f"{text} (at {where})" if where else text
-
-
-def full_traceback(exc: BaseException) -> str:
-    """The whole traceback, causes and contexts included, its end kept if too long."""
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    return text if len(text) <= MAX_LOG_CHARS else "[... cut ...]\n" + text[-MAX_LOG_CHARS:]
 
 
 def keep_traceback(record: PointRecord, exc: BaseException) -> None:

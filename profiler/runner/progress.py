@@ -12,7 +12,7 @@ import sys
 import time
 from typing import Optional
 
-from attnprof.profiler.units import fmt_bytes
+from attnprof.profiler.units import fmt_bytes, fmt_ms
 
 LINE_CHARS = 240  # a finished point's line is cut here: a long reason must not flood a log
 
@@ -28,11 +28,11 @@ def point_label(point) -> str:
 
 
 def finished_line(point, record: dict) -> str:
-    """'sdpa plain n=1024: ok (1.2 s) peak 11.54 MiB, fwd 32.0 ms, bwd 41.0 ms'."""
+    """'sdpa plain n=1024: ok (1.2 s) peak 11.54 MiB, fwd 32 ms, bwd 41 ms' (a pass not timed: '-')."""
     status = record.get("status", "?")
     detail = record.get("reason", "") if status != "ok" else (
         f"peak {fmt_bytes(record.get('measured_peak_bytes'))}, "
-        f"fwd {record.get('time_fwd_ms') or 0:.1f} ms, bwd {record.get('time_bwd_ms') or 0:.1f} ms")
+        f"fwd {fmt_ms(record.get('time_fwd_ms'))}, bwd {fmt_ms(record.get('time_bwd_ms'))}")
     return f"{point_label(point)}: {status} ({record.get('point_wall_s') or 0:.1f} s) {detail}"
 
 

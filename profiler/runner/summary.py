@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from attnprof.profiler.records import key_of_record, step_time_ms
-from attnprof.profiler.units import fmt_bytes, printable
+from attnprof.profiler.units import fmt_bytes, fmt_ms, printable
 
 TITLE = "peak tensor memory and fwd+bwd time per point (status where not ok)"
 # A share of the wall time below this (s) gives no ratio: a crashed point or an interrupted
@@ -19,12 +19,12 @@ MIN_RATIO_PART_S = 0.05
 
 
 def cell(record: dict) -> str:
-    """'11.54 MiB 32ms', or the status ('oom', 'skipped', ...)."""
+    """'11.54 MiB 32 ms', or the status ('oom', 'skipped', ...); a missing time is '-'."""
     if record.get("status") != "ok":
         return printable(record.get("status", "?"))
     peak = record.get("measured_peak_bytes") or record.get("predicted_peak_bytes")
     time_ms = step_time_ms(record.get("time_fwd_ms"), record.get("time_bwd_ms"))
-    return f"{fmt_bytes(peak)} {time_ms or 0:.0f}ms"
+    return f"{fmt_bytes(peak)} {fmt_ms(time_ms)}"
 
 
 def grid(records: Iterable[dict]) -> tuple[list[int], list[tuple[str, str, dict]]]:
@@ -66,9 +66,9 @@ def rich_table(records: Iterable[dict], stacked: bool = False):
 
 
 def _stack(value: str) -> str:
-    """'11.54 MiB 32ms' -> '11.54 MiB\n32ms'; a status stays as it is."""
-    head, sep, tail = value.rpartition(" ")
-    return f"{head}\n{tail}" if sep and value[:1].isdigit() else value
+    """'11.54 MiB 32 ms' -> '11.54 MiB\n32 ms' (the size is a figure and its unit); a status stays as it is."""
+    parts = value.split(" ", 2)
+    return f"{parts[0]} {parts[1]}\n{parts[2]}" if len(parts) == 3 and value[:1].isdigit() else value
 
 
 def print_summary(records: Iterable[dict], file=None) -> None:

@@ -155,3 +155,13 @@ def test_a_gpu_types_folder_exports_every_type(tmp_path):
     (top / "gpu-types.json").write_text(json.dumps({"gpu_types": {"H100": "H100", "A100": "A100"}}))
     rows = json.loads(api.export(top, format="json").data)
     assert [(r["gpu_type"], r["seq_len"]) for r in rows] == [("H100", 256), ("A100", 512)]
+
+
+def test_an_out_name_too_long_and_a_path_with_control_bytes_are_one_line(run, tmp_path):
+    result = runner.invoke(app, ["export", str(run), "--out", str(tmp_path / ("x" * 300 + ".csv"))])
+    assert result.exit_code == 2 and result.stderr.startswith("error: cannot write --out") and "longer than" in result.stderr
+    assert "Traceback" not in result.output + result.stderr
+    out = tmp_path / "bell\a\r.csv"
+    result = runner.invoke(app, ["export", str(run), "--out", str(out)])
+    assert result.exit_code == 0 and out.is_file()
+    assert "\a" not in result.stderr and "\r" not in result.stderr and "bell\\x07\\r.csv" in result.stderr

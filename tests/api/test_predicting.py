@@ -29,3 +29,57 @@ def test_predict_with_a_budget_finds_the_longest_fitting_length():
 def test_predict_refuses_an_unreadable_budget():
     with pytest.raises(UserError, match="cannot parse size"):
         api.predict(budget="lots")
+
+
+@pytest.fixture
+def broken_plugin(tmp_path, monkeypatch):
+    """A plug-in variant whose attention raises (a user's bug): ``broken_attn:Broken``."""
+    (tmp_path / "broken_attn.py").write_text(
+        "from attnprof.scenarios.variants.full import FullAttention\n"
+        "class Broken(FullAttention):\n    description = 'raises'\n    paper = 'me, arXiv 0000.00000'\n"
+        "    def core(self, q, k, v):\n        raise ValueError('my variant is broken\\nsecond line')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return "broken_attn:Broken"
+
+
+SMALL = dict(modes=["plain"], d_model=32, heads=2, layers=1)
+
+
+def test_a_prediction_that_raises_is_its_points_error_and_the_others_are_predicted(broken_plugin):
+    result = api.predict(variants=[broken_plugin, "full"], seq_lens=[256], **SMALL)
+    broken, full = result.records
+    assert broken["status"] == "error" and broken["predicted_peak_bytes"] is None
+    assert broken["reason"].startswith("ValueError: my variant is broken (at ")
+    assert full["status"] == "ok" and full["predicted_peak_bytes"] > 0
+    assert result.failed() == f"1 of 2 predictions failed; the first: {broken['reason']}"
+    assert "my variant is broken" in result.table()
+    assert api.predict(variants=["full"], seq_lens=[256], **SMALL).failed() is None
+
+
+def test_a_failing_prediction_is_said_on_the_gpu_model_and_in_budget_searches(broken_plugin, monkeypatch):
+    gpu = api.predict(variants=[broken_plugin, "full"], seq_lens=[256], gpus=["h100-sxm"], **SMALL)
+    assert [r["status"] for r in gpu.records] == ["error", "ok"] and gpu.records[1]["gpu_allocated_peak_bytes"] > 0
+    for kwargs in ({}, {"gpus": ["h100-sxm"]}):
+        rows = api.predict(variants=[broken_plugin, "full"], budget="1GiB", max_len=1024, **SMALL, **kwargs).records
+        assert [r.get("status") for r in rows] == ["error", "ok"], kwargs
+        assert rows[0]["limited_by"].startswith("prediction failed: ValueError: my variant is broken")
+        assert rows[1]["longest_fitting_seq_len"] == 1024
+
+
+def test_a_gpu_model_that_raises_for_one_point_leaves_the_others(monkeypatch):
+    from attnprof.profiler.predict import gpu_points
+
+    real = gpu_points.predict_gpu
+
+    def fails_for_lsh(point, gpu, cache=None, limit_bytes=None):
+        if point.variant.startswith("lsh"):
+            raise KeyError("no rule for this op")
+        return real(point, gpu, cache, limit_bytes)
+
+    monkeypatch.setattr(gpu_points, "predict_gpu", fails_for_lsh)
+    result = api.predict(variants=["lsh", "full"], seq_lens=[256], gpus=["h100-sxm"], **SMALL)
+    lsh, full = result.records
+    assert lsh["status"] == "error" and lsh["reason"].startswith("GPU model: KeyError: 'no rule for this op'")
+    assert lsh["predicted_peak_bytes"] > 0 and lsh["gpu_allocated_peak_bytes"] is None  # its CPU figures stay
+    assert full["status"] == "ok" and full["gpu_allocated_peak_bytes"] > 0
+    assert result.failed().startswith("1 of 2 predictions failed; the first: GPU model: KeyError")

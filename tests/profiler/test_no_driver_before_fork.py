@@ -43,13 +43,26 @@ def stub_dir(tmp_path_factory) -> Path:
 
 
 def under_stub(stub_dir: Path, log: Path, args: list[str], timeout: float = 300) -> subprocess.CompletedProcess:
-    env = {**os.environ,
+    """Runs python ARGS with the stub as the driver; every fork goes to ``forks_file(log)``. The
+    prediction cache is the test's own, so a prediction traced by an earlier run cannot spare a fork."""
+    env = {**os.environ, "ATTNPROF_CACHE_DIR": str(log.parent / "cache"),
            "ATTNPROF_DRIVER_STUB": str(stub_dir / "libcuda.so.1"), "ATTNPROF_DRIVER_STUB_LOG": str(log),
+           "ATTNPROF_DRIVER_STUB_FORKS": str(forks_file(log)),
            "LD_LIBRARY_PATH": os.pathsep.join(filter(None, [str(stub_dir), os.environ.get("LD_LIBRARY_PATH")])),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(STUB), os.environ.get("PYTHONPATH")]))}
     for name in ("PYTORCH_NVML_BASED_CUDA_CHECK", "CUDA_VISIBLE_DEVICES", "ATTNPROF_FORK_SIM_LOG"):
         env.pop(name, None)
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def forks_file(log: Path) -> Path:
+    return log.with_name(log.name + ".forks")
+
+
+def forks_made(log: Path) -> int:
+    """How many forks the processes run by ``under_stub`` made (``probe_fork``'s left out)."""
+    path = forks_file(log)
+    return len(path.read_text(encoding="utf-8").splitlines()) if path.exists() else 0
 
 
 def driver_log(log: Path) -> str:
@@ -63,8 +76,10 @@ def first_call(text: str) -> str:
     return "\n".join(kept[:40])
 
 
-def no_fork_after_a_driver_call(log: Path, done: subprocess.CompletedProcess) -> None:
+def no_fork_after_a_driver_call(log: Path, done: subprocess.CompletedProcess, forks_before: int = 0) -> None:
+    """The run succeeded, forked (so the check means something) and forked nothing after a driver call."""
     assert done.returncode == 0, done.stderr[-3000:]
+    assert forks_made(log) > forks_before, "the run forked nothing: this check would pass without meaning anything"
     text = driver_log(log)
     assert FORKS not in text, (f"a process forked after calling the CUDA driver:\n{text[text.index(FORKS) - 20:][:2500]}"
                                f"\n... its first call:\n{first_call(text)}")
@@ -82,6 +97,7 @@ def test_the_stub_records_a_driver_call_and_the_fork_after_it(stub_dir, tmp_path
     assert "cuGetProcAddress" in text or "cuInit" in text, text[:2000]
     assert "Stack (most recent call first)" in text  # the Python stack of the first call
     assert FORKS in text
+    assert forks_made(log) == 1
 
 
 def test_importing_torch_and_attnprof_calls_no_driver(stub_dir, tmp_path):
@@ -117,7 +133,9 @@ def test_predictions_fork_their_pools_before_any_driver_call(stub_dir, tmp_path)
               "--mode", "plain", "--mode", "checkpoint", "--d-model", "32", "--heads", "2", "--layers", "1",
               "--dtype", "bf16", "--json"]
     no_fork_after_a_driver_call(log, under_stub(stub_dir, log, common + ["--seq-len", "256", "--seq-len", "512"]))
-    no_fork_after_a_driver_call(log, under_stub(stub_dir, log, common + ["--budget", "64MiB", "--gpu", "h100-sxm"]))
+    forks = forks_made(log)
+    no_fork_after_a_driver_call(log, under_stub(stub_dir, log, common + ["--budget", "64MiB", "--gpu", "h100-sxm"]),
+                                forks_before=forks)
 
 
 @pytest.mark.parametrize("device", ["cpu", "auto"])

@@ -81,6 +81,19 @@ def test_json_escapes_control_characters():
     assert json.loads(data)[0]["variant"] == rec["variant"]
 
 
+def test_csv_spells_out_control_characters_and_lone_surrogates():
+    """A CR broke rows (the csv module quotes only the line terminator's \\n), ESC and BEL reached
+    the terminal raw, and a lone surrogate could not be encoded (a traceback)."""
+    recs = records()[:2]
+    recs[0]["variant"] = "sdpa\r\x1b[2J\x07"
+    recs[0]["reason"] = "broken \ud800 text"
+    data = export_table.to_csv(recs)
+    assert not any(ch in data for ch in (b"\r", b"\x1b", b"\x07"))
+    rows = list(csv.DictReader(io.StringIO(data.decode("utf-8"))))
+    assert len(rows) == 2 and rows[0]["variant"] == "sdpa\\r\\x1b[2J\\x07"
+    assert rows[0]["reason"] == "broken \\ud800 text"
+
+
 def test_non_finite_is_named():
     rec = records()[0]
     assert export_table.non_finite(rec) is None

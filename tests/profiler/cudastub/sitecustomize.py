@@ -7,7 +7,8 @@ Python stack of a process's first driver call goes to the log), and, before ever
 ``os.fork`` (multiprocessing's included), appends one line to the log when this process has
 called the driver: on a GPU such a child fails at its first CUDA use. A fork by
 ``profiler.forks.probe_fork`` is no such child (it exits at once, running nothing) and is
-not logged.
+not logged. With ``ATTNPROF_DRIVER_STUB_FORKS`` set, every other fork also appends one line
+there, driver call or not, so a test can tell "forked, and safely" from "never forked".
 """
 
 import os
@@ -15,6 +16,7 @@ import traceback
 
 _LOG = os.environ.get("ATTNPROF_DRIVER_STUB_LOG")
 _STUB = os.environ.get("ATTNPROF_DRIVER_STUB")
+_FORKS = os.environ.get("ATTNPROF_DRIVER_STUB_FORKS")
 
 if _LOG and _STUB:
     import ctypes
@@ -27,8 +29,13 @@ if _LOG and _STUB:
     faulthandler.register(signal.SIGUSR2, file=_stacks, all_threads=False)
 
     def _before_fork() -> None:
+        if traceback.extract_stack(limit=2)[0].name == "probe_fork":  # a probe's child runs nothing
+            return
         made = _lib.attnprof_stub_calls()
-        if made and traceback.extract_stack(limit=2)[0].name != "probe_fork":  # a probe's child runs nothing
+        if _FORKS:
+            with open(_FORKS, "a", encoding="utf-8") as forks:
+                forks.write(f"pid {os.getpid()} forks after {made} driver call(s)\n")
+        if made:
             with open(_LOG, "a", encoding="utf-8") as log:
                 log.write(f"=== pid {os.getpid()} forks after {made} CUDA driver call(s) (above), from:\n"
                           + "".join(traceback.format_stack(limit=12)[:-1]))

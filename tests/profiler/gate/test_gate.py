@@ -161,6 +161,19 @@ def test_outputs_written(tmp_path, monkeypatch, baseline, run):
     assert doc["exit_code"] == 0 and len(doc["comparisons"]) == 3 * len(VARIANTS) * len(LENGTHS)
 
 
+@pytest.mark.parametrize("where, words", [("missing/gate.json", "does not exist"), ("", "it is a folder"),
+                                          ("x" * 300 + ".json", "longer than")])
+def test_an_unwritable_output_is_refused_before_the_table(tmp_path, baseline, run, where, words):
+    """Not the table and PASS, then an error: the one line, and no comparison printed."""
+    code, text = gate(baseline, run, json_file=tmp_path / where)
+    lines = text.splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: cannot write --json-out file")
+    assert words in lines[0]
+    code, text = gate(baseline, run, markdown_file=tmp_path / "missing" / "gate.md")
+    lines = text.splitlines()
+    assert code == 2 and lines[0].startswith("error: cannot write --markdown file") and len(lines) == 1
+
+
 def test_error_goes_to_summary_too(tmp_path, monkeypatch, run):
     summary = tmp_path / "summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))

@@ -263,3 +263,17 @@ def test_entering_attnprofs_fake_mode_asks_no_cuda_device_guard(monkeypatch):
         quickfake.CpuFakeTensorMode().__enter__()
     assert torch._C._ensureCUDADeviceGuardSet is recorder
     assert real is not recorder
+
+
+@pytest.mark.parametrize("make", [lambda: torch.ones(2, device="cuda"), lambda: torch.empty(2).to("cuda:0"),
+                                  lambda: torch.empty(2).new_zeros(3, device=torch.device("cuda"))],
+                         ids=["factory", "to", "new_zeros"])
+@pytest.mark.parametrize("mode", [quickfake.CpuFakeTensorMode, QuickFakeTensorMode])
+def test_a_tensor_asked_for_on_another_device_is_a_python_error(make, mode):
+    """Without the GPU guard, torch makes the fake CUDA tensor, then aborts the whole process
+    (std::terminate) when autograd first records it: a plug-in that names "cuda" is refused at once."""
+    with mode():
+        with pytest.raises(RuntimeError, match="attnprof traces on the CPU, but aten.* on cuda"):
+            make()
+        assert torch.ones(2, device="cpu").device.type == "cpu"
+        assert torch.empty(2, device="meta").device.type == "meta"

@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 
 from attnprof.profiler.records import Point, PointRecord, Shape
-from attnprof.profiler.runner.failures import (MESSAGE_CHARS, TRACEBACK_KEY, failure_reason, first_line,
-                                               innermost_frame, keep_traceback, log_path, no_point_ok, row_of,
-                                               write_log)
+from attnprof.profiler.runner.failures import (TRACEBACK_KEY, failure_reason, keep_traceback, log_path,
+                                               no_point_ok, row_of, write_log)
 from attnprof.profiler.runner.storage import read_records
 from attnprof.profiler.runner.sweep import SweepSettings, run_sweep
 from attnprof.scenarios.scenario import Scenario
@@ -29,36 +28,6 @@ def raised(exc: BaseException) -> BaseException:
         raise exc
     except BaseException as caught:  # noqa: BLE001 - the test wants it with its traceback
         return caught
-
-
-def raised_in_torch() -> BaseException:
-    import torch
-
-    try:
-        torch.ones(2, 3) @ torch.ones(2, 3)
-    except RuntimeError as exc:
-        return exc
-    raise AssertionError("torch took a bad matmul")
-
-
-def test_the_first_line_of_a_cuda_error_is_kept_and_its_advice_dropped():
-    assert first_line(RuntimeError(CUDA_TEXT)) == "CUDA error: initialization error"
-    assert first_line(ValueError("\n\n  spaced   out \n second")) == "spaced out"
-    assert first_line(KeyError()) == ""
-    long = first_line(RuntimeError("x" * 1000))
-    assert len(long) == MESSAGE_CHARS and long.endswith("...")
-
-
-def test_the_innermost_frame_is_attnprofs_not_torchs():
-    exc = raised_in_torch()
-    where = innermost_frame(exc)
-    assert where is not None and where.startswith("tests/profiler/runner/test_failures.py:")
-    assert failure_reason(exc).startswith("RuntimeError: ") and failure_reason(exc).endswith(f"(at {where})")
-
-
-def test_a_reason_without_a_message_or_a_frame_is_still_named():
-    assert failure_reason(KeyError()) == "KeyError"  # never raised: no traceback, no frame
-    assert failure_reason(RuntimeError(CUDA_TEXT)) == "RuntimeError: CUDA error: initialization error"
 
 
 def test_a_kept_traceback_rides_the_row_with_its_causes():

@@ -33,7 +33,7 @@ def test_off_a_terminal_each_point_is_one_plain_line():
     bar.finish(point(1024), record(1024, status="oom", reason="out of memory at 1024"))
     bar.close()
     lines = stream.getvalue().splitlines()
-    assert lines[0].startswith("[2/3] lsh[n_hashes=8] plain n=512: ok (1.2 s) peak 3.00 MiB, fwd 10.0 ms, bwd 22.0 ms")
+    assert lines[0].startswith("[2/3] lsh[n_hashes=8] plain n=512: ok (1.2 s) peak 3.00 MiB, fwd 10 ms, bwd 22 ms")
     assert "ETA ~" in lines[0]
     assert lines[1].startswith("[3/3] lsh[n_hashes=8] plain n=1024: oom") and "out of memory at 1024" in lines[1]
     assert lines[2].startswith("elapsed ") and len(lines) == 3

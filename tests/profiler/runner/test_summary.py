@@ -23,8 +23,8 @@ def test_the_summary_has_one_row_per_variant_and_mode_and_the_last_record_wins()
     records = [record(256), record(512), record(512, status="oom"), record(256, variant="sdpa", mode="checkpoint")]
     lengths, rows = grid(records)
     assert lengths == [256, 512]
-    assert rows == [("lsh[n_hashes=8]", "plain", {256: "3.00 MiB 32ms", 512: "oom"}),
-                    ("sdpa", "checkpoint", {256: "3.00 MiB 32ms"})]
+    assert rows == [("lsh[n_hashes=8]", "plain", {256: "3.00 MiB 32 ms", 512: "oom"}),
+                    ("sdpa", "checkpoint", {256: "3.00 MiB 32 ms"})]
     text = summary_text(records)
     assert "peak tensor memory and fwd+bwd time" in text and "oom" in text
     assert summary_table(records) == text
@@ -53,8 +53,8 @@ def test_on_a_narrow_terminal_a_cells_time_goes_under_its_memory(monkeypatch):
     out = Narrow()
     print_summary(records, file=out)
     text = out.getvalue()
-    assert "3.00 MiB" in text and "32ms" in text
-    assert not any("3.00 MiB 32ms" in line for line in text.splitlines())
+    assert "3.00 MiB" in text and "32 ms" in text
+    assert not any("3.00 MiB 32 ms" in line for line in text.splitlines())
 
 
 def test_the_phases_line_gives_each_phases_median_over_the_ok_points():
