@@ -11,13 +11,17 @@ ended. The steps:
 1. ``import``: torch and the worker's modules (what the warm helper imports).
 2. ``warm_up``: ``runner.preload.warm_up()``, what the helper runs today before it forks a
    worker per point.
-3. ``fake_forward``: ``fake_run.warm_fake_tensors(forward_only=True)``, the step that started
+3. ``dynamo``: ``import torch._dynamo`` (triton with it, on a CUDA build). Every TorchDispatchMode
+   handler (the GPU pass's SDPA spy) and torch.utils.checkpoint import it on first use, so each
+   CUDA worker imports it itself (1.3-2 s on 2 cores, measured; the helper imports it only on a
+   CPU build). A child that ends ok here is what the helper needs to import it on a CUDA build.
+4. ``fake_forward``: ``fake_run.warm_fake_tensors(forward_only=True)``, the step that started
    the CUDA driver on the first GPU (../shared/gpu-runs/h200-2026-12-04/call2-fork-diag.txt):
    FakeTensorMode's ``__enter__`` called ``torch._C._ensureCUDADeviceGuardSet()``, which
    attnprof's fake mode now skips (profiler/measure/quickfake.py). A child that ends ok here
    is what the helper needs to warm fake tensors on a CUDA build again (each CUDA worker
    then no longer pays for FakeTensorMode's imports).
-4. ``fake_backward``: the same trace with a backward. Expected to start the driver on a GPU
+5. ``fake_backward``: the same trace with a backward. Expected to start the driver on a GPU
    (autograd's ``Engine::start_device_threads`` counts the devices): the helper never runs
    it, and the check shows that the thread rule sees it.
 
@@ -40,6 +44,8 @@ from pathlib import Path
 
 CHILD_TIMEOUT_S = 8.0  # well inside the stage's 30 s, so a hang is reported, not cut
 HELPER_STEPS = ("import", "warm_up")  # what runner/preload.py runs on a CUDA build before it forks
+# steps the helper could run on a CUDA build once a GPU shows a child forked after them working (in order)
+CANDIDATES = {"dynamo": "importing torch._dynamo", "fake_forward": "a forward-only fake warm-up"}
 
 
 def child_step(device: str) -> str:
@@ -110,7 +116,11 @@ def steps():
             warm_fake_tensors(forward_only=forward_only)
         return run
 
-    return [("import", imports), ("warm_up", warm_up), ("fake_forward", fake(True)), ("fake_backward", fake(False))]
+    def dynamo():
+        import torch._dynamo  # noqa: F401
+
+    return [("import", imports), ("warm_up", warm_up), ("dynamo", dynamo), ("fake_forward", fake(True)),
+            ("fake_backward", fake(False))]
 
 
 def check(device: str) -> list[dict]:
@@ -143,7 +153,6 @@ def headline(rows: list[dict], device: str) -> tuple[str, int]:
         parts.append(f"{row['step']}: {said} ({row['threads']} thread(s), {rule})")
     wrong = [r["step"] for r in rows if r["rule_wrong"]]
     helper_broken = [r["step"] for r in rows if r["step"] in HELPER_STEPS and (r["child"] != "ok" or r["step_error"])]
-    fake = next((r for r in rows if r["step"] == "fake_forward"), None)
     refused = [r["step"] for r in rows if r["step"] in HELPER_STEPS and r["fork_hazard"] is not None]
     verdict = []
     if refused:
@@ -156,12 +165,16 @@ def headline(rows: list[dict], device: str) -> tuple[str, int]:
     if device == "cpu":
         verdict.append("CPU children say nothing of a GPU's driver")
     else:
-        if fake is not None and fake["step_error"]:
-            verdict.append(f"the forward-only fake warm-up failed itself: {fake['step_error']}")
-        elif fake is not None and fake["child"] == "ok" and fake["fork_hazard"] is None:
-            verdict.append("a forward-only fake warm-up is fork-safe here")
-        else:
-            verdict.append("a forward-only fake warm-up is NOT fork-safe here")
+        for row in rows:
+            what = CANDIDATES.get(row["step"])
+            if what is None:
+                continue
+            if row["step_error"]:
+                verdict.append(f"{what} failed itself: {row['step_error']}")
+            elif row["child"] == "ok" and row["fork_hazard"] is None:
+                verdict.append(f"{what} is fork-safe here")
+            else:
+                verdict.append(f"{what} is NOT fork-safe here")
     where = "dry run, children on the CPU" if device == "cpu" else "children on the GPU"
     return f"{where}; " + "; ".join(parts) + "; " + "; ".join(verdict), int(bool(wrong or helper_broken))
 

@@ -108,6 +108,17 @@ def test_importing_torch_and_attnprof_calls_no_driver(stub_dir, tmp_path):
     assert driver_log(log) == ""
 
 
+def test_importing_dynamo_calls_no_driver(stub_dir, tmp_path):
+    """What each CUDA worker imports on its first TorchDispatchMode call (triton with it): the helper
+    may import it on a CUDA build only once a GPU also shows it (scripts/gpu_fork_check.py, "dynamo");
+    this is the part a CPU can show."""
+    log = tmp_path / "driver.log"
+    done = under_stub(stub_dir, log, ["-c", "import os, torch._dynamo" + FORK])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert driver_log(log) == "", first_call(driver_log(log))
+    assert forks_made(log) == 1
+
+
 def test_a_fake_tensor_forward_calls_no_driver(stub_dir, tmp_path):
     """The first GPU's culprit (the warm helper's forward-only fake-tensor warm-up): torch's
     FakeTensorMode.__enter__ asked the CUDA device guard for a device count."""

@@ -34,7 +34,7 @@ def test_a_dry_run_records_every_step_and_a_child_after_each(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     doc = json.loads(out.read_text())
     assert doc["device"] == "cpu"
-    assert [r["step"] for r in doc["steps"]] == ["import", "warm_up", "fake_forward", "fake_backward"]
+    assert [r["step"] for r in doc["steps"]] == ["import", "warm_up", "dynamo", "fake_forward", "fake_backward"]
     for row in doc["steps"]:
         assert row["child"] == "ok" and row["step_error"] is None and not row["rule_wrong"]
         assert row["threads"] >= 1 and row["step_s"] >= 0
@@ -81,4 +81,18 @@ def test_a_rule_that_refuses_to_fork_after_the_helpers_steps_is_said(fork_check)
     assert rc == 0 and "the rule refuses to fork after the helper's own steps (warm_up)" in line
     line, _ = fork_check.headline([row("import"), row("warm_up"), row("fake_forward", error="RuntimeError: x"),
                                    row("fake_backward")], "cuda")
-    assert "the forward-only fake warm-up failed itself: RuntimeError: x" in line
+    assert "a forward-only fake warm-up failed itself: RuntimeError: x" in line
+
+
+def test_each_candidate_step_gets_its_own_verdict(fork_check):
+    """Importing torch._dynamo and the forward-only fake warm-up: each may join the helper on a
+    CUDA build only where its own child ended ok under a rule that said fork."""
+    failing = "FAIL AcceleratorError: CUDA error: initialization error"
+    line, rc = fork_check.headline([row("import"), row("warm_up"), row("dynamo"),
+                                    row("fake_forward", child=failing, hazard="2 threads"),
+                                    row("fake_backward", child=failing, hazard="2 threads")], "cuda")
+    assert rc == 0 and "importing torch._dynamo is fork-safe here" in line
+    assert "a forward-only fake warm-up is NOT fork-safe here" in line
+    line, rc = fork_check.headline([row("import"), row("warm_up"), row("dynamo", child=failing),
+                                    row("fake_forward"), row("fake_backward")], "cuda")
+    assert rc == 1 and "importing torch._dynamo is NOT fork-safe here" in line and "at dynamo" in line
