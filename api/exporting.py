@@ -70,9 +70,10 @@ def _check_target(target: Path, run_dir: Path) -> None:
     refused before any work."""
     from attnprof.profiler import safeio
     from attnprof.profiler.runner.storage import WRITTEN_FILES
+    from attnprof.reports.render_cache import RENDER_FILES
 
-    try:
-        own = target.resolve().parent == run_dir.resolve() and target.name in WRITTEN_FILES
+    try:  # the sweep's files and the report's (report.html, its charts, its caches)
+        own = target.resolve().parent == run_dir.resolve() and target.name in WRITTEN_FILES + RENDER_FILES
     except (OSError, RuntimeError):
         own = False
     if own:

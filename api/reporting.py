@@ -4,6 +4,7 @@ a committed baseline)."""
 from __future__ import annotations
 
 import contextlib
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence, Union
@@ -34,8 +35,8 @@ def report(run_dir: PathLike, *, output: Optional[PathLike] = None, baseline: Op
     from attnprof.profiler.predict import cache
 
     specs = named_gpus(gpus, gpu_files)  # unknown names fail before any work
-    if seconds < 0:
-        raise UsageProblem(f"--seconds must not be negative, got {seconds}")
+    if not math.isfinite(seconds) or seconds < 0:  # nan passed the old `< 0` test
+        raise UsageProblem(f"--seconds must be a finite number of seconds >= 0, got {seconds}")
     with cache.disabled() if no_cache else contextlib.nullcontext():
         cache.check_folder()
         names = [timeline_points] if isinstance(timeline_points, str) else list(timeline_points)

@@ -105,11 +105,14 @@ def test_a_link_planted_at_out_is_never_written_through(run, tmp_path):
     assert victim.read_text() == "keep me" and os.path.islink(out)
 
 
-def test_out_may_not_replace_the_runs_own_files(run):
-    before = (run / RESULTS_FILE).read_bytes()
-    result = runner.invoke(app, ["export", str(run), "--out", str(run / RESULTS_FILE)])
+@pytest.mark.parametrize("name", [RESULTS_FILE, "report.html", "report-memory.png", "report-predictions.json"])
+def test_out_may_not_replace_the_runs_own_files(run, name):
+    """The sweep's files and the report's: `--out RUN/report.html` wrote CSV over the report."""
+    (run / name).write_bytes(b"keep") if not (run / name).exists() else None
+    before = (run / name).read_bytes()
+    result = runner.invoke(app, ["export", str(run), "--out", str(run / name)])
     assert result.exit_code == 2 and "own files" in result.stderr
-    assert (run / RESULTS_FILE).read_bytes() == before
+    assert (run / name).read_bytes() == before
 
 
 def test_a_fifo_for_results_is_refused_not_waited_on(tmp_path):

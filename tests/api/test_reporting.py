@@ -14,9 +14,10 @@ TINY = dict(variants=["sdpa"], modes=["plain"], min_len=64, max_len=128, d_model
             repeats=1, warmup=0)
 
 
-def test_report_refuses_negative_seconds(tmp_path):
-    with pytest.raises(api.UsageProblem, match="negative"):
-        api.report(tmp_path, seconds=-1)
+@pytest.mark.parametrize("seconds", [-1, float("nan"), float("inf")])
+def test_report_refuses_seconds_that_are_no_duration(tmp_path, seconds):
+    with pytest.raises(UserError, match="--seconds must be a finite number of seconds >= 0"):
+        api.report(tmp_path, seconds=seconds)
 
 
 def test_gate_needs_a_run(tmp_path):
