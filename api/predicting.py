@@ -35,6 +35,7 @@ class Predictions:
         """One line when some prediction failed (a record or a budget row with status ``error``),
         naming how many and the first reason; None when none did."""
         reasons = [r.get("reason") or "no reason given" for r in self.records if r.get("status") == "error"]
+        reasons += [f"{r.get('gpu')}: {r.get('gpu_note')}" for r in self.records if r.get("gpu_status") == "error"]
         if not reasons:
             return None
         return f"{len(reasons)} of {len(self.records)} predictions failed; the first: {reasons[0]}"

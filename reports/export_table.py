@@ -17,7 +17,7 @@ names its entries after it), and, for a ``sweep --gpu-types`` folder, ``gpu_type
 The records come from a run folder, which is data from anyone: a text cell that a
 spreadsheet would run as a formula (starting with ``=``, ``+``, ``-``, ``@``, a tab or a
 carriage return) is written to CSV behind a ``'`` (OWASP's advice for CSV injection), and
-every control character or lone surrogate in a CSV text cell is spelled out (``printable``:
+every control character, lone surrogate or bidi control in a CSV text cell is spelled out (``printable``:
 a raw CR split rows, since the csv module quotes only its own line terminator; ESC reached
 the terminal); JSON is ASCII with every control character escaped; nothing non-finite is
 written.
@@ -29,6 +29,7 @@ import csv
 import io
 import math
 import typing
+import unicodedata
 from dataclasses import fields
 from functools import lru_cache
 
@@ -106,8 +107,20 @@ def _csv_cell(value) -> str:
         return repr(value)  # the shortest text that reads back as the same float
     if isinstance(value, (list, dict)):
         return strict_json(value)
-    text = printable(value)  # a CR, ESC or lone surrogate from a hostile run folder: spelled out, never raw
-    return "'" + text if text.startswith(FORMULA_START) else text
+    text = str(value)
+    if text.startswith(FORMULA_START):
+        text = "'" + text
+    # a CR, ESC or lone surrogate from a hostile run folder: spelled out, never raw; other text (é, a
+    # no-break space, an emoji's joiner) kept as it is
+    return "".join(printable(ch) if _unsafe(ch) else ch for ch in text) if not text.isprintable() else text
+
+
+def _unsafe(ch: str) -> bool:
+    """A control character, a lone surrogate or a bidi control (it reorders what a reader sees)."""
+    return unicodedata.category(ch) in ("Cc", "Cs") or ch in BIDI_CONTROLS
+
+
+BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
 
 def to_csv(records: list[dict]) -> bytes:

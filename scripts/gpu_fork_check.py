@@ -11,16 +11,17 @@ ended. The steps:
 1. ``import``: torch and the worker's modules (what the warm helper imports).
 2. ``warm_up``: ``runner.preload.warm_up()``, what the helper runs today before it forks a
    worker per point.
-3. ``dynamo``: ``import torch._dynamo`` (triton with it, on a CUDA build). Every TorchDispatchMode
-   handler (the GPU pass's SDPA spy) and torch.utils.checkpoint import it on first use, so each
-   CUDA worker imports it itself (1.3-2 s on 2 cores, measured; the helper imports it only on a
-   CPU build). A child that ends ok here is what the helper needs to import it on a CUDA build.
-4. ``fake_forward``: ``fake_run.warm_fake_tensors(forward_only=True)``, the step that started
+3. ``fake_forward``: ``fake_run.warm_fake_tensors(forward_only=True)``, the step that started
    the CUDA driver on the first GPU (../shared/gpu-runs/h200-2026-12-04/call2-fork-diag.txt):
    FakeTensorMode's ``__enter__`` called ``torch._C._ensureCUDADeviceGuardSet()``, which
    attnprof's fake mode now skips (profiler/measure/quickfake.py). A child that ends ok here
    is what the helper needs to warm fake tensors on a CUDA build again (each CUDA worker
    then no longer pays for FakeTensorMode's imports).
+4. ``dynamo``: ``import torch._dynamo`` (triton with it, on a CUDA build). Every TorchDispatchMode
+   handler (the GPU pass's SDPA spy) and torch.utils.checkpoint import it on first use, so each
+   CUDA worker imports it itself (1.3-2 s on 2 cores, measured; the helper imports it only on a
+   CPU build). A child that ends ok here is what the helper needs to import it on a CUDA build. Judged only where
+   ``fake_forward`` left the child working (the steps accumulate in one process).
 5. ``fake_backward``: the same trace with a backward. Expected to start the driver on a GPU
    (autograd's ``Engine::start_device_threads`` counts the devices): the helper never runs
    it, and the check shows that the thread rule sees it.
@@ -119,7 +120,7 @@ def steps():
     def dynamo():
         import torch._dynamo  # noqa: F401
 
-    return [("import", imports), ("warm_up", warm_up), ("dynamo", dynamo), ("fake_forward", fake(True)),
+    return [("import", imports), ("warm_up", warm_up), ("fake_forward", fake(True)), ("dynamo", dynamo),
             ("fake_backward", fake(False))]
 
 
@@ -165,16 +166,21 @@ def headline(rows: list[dict], device: str) -> tuple[str, int]:
     if device == "cpu":
         verdict.append("CPU children say nothing of a GPU's driver")
     else:
+        broken = None  # the steps run in one process: a candidate after one that broke the child is not judged
         for row in rows:
             what = CANDIDATES.get(row["step"])
             if what is None:
                 continue
-            if row["step_error"]:
+            if broken is not None:
+                verdict.append(f"{what}: not judged (the child already failed after {broken})")
+            elif row["step_error"]:
                 verdict.append(f"{what} failed itself: {row['step_error']}")
             elif row["child"] == "ok" and row["fork_hazard"] is None:
                 verdict.append(f"{what} is fork-safe here")
             else:
                 verdict.append(f"{what} is NOT fork-safe here")
+            if broken is None and (row["child"] != "ok" or row["fork_hazard"] is not None):
+                broken = row["step"]
     where = "dry run, children on the CPU" if device == "cpu" else "children on the GPU"
     return f"{where}; " + "; ".join(parts) + "; " + "; ".join(verdict), int(bool(wrong or helper_broken))
 

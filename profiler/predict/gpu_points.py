@@ -38,6 +38,9 @@ def predict_gpu(point: Point, gpu: GpuSpec, cache: Optional[TraceCache] = None,
     return prediction
 
 
+GPU_STATUS = "gpu_status"  # "error" in a record whose GPU model failed (its gpu_note says why); absent otherwise
+
+
 def _point_job(job) -> list[dict]:
     point, gpus = job
     cache = TraceCache()
@@ -51,9 +54,9 @@ def _gpu_fields(point: Point, gpu: GpuSpec, cache: TraceCache) -> dict:
         return {**predict_gpu(point, gpu, cache).fields(), CHECKED: how_sure(point.identity(), gpu)}
     except UserError:
         raise
-    except Exception as exc:
-        return {**dict.fromkeys(GPU_FIELDS), "gpu": gpu.key, CHECKED: "", "status": "error",
-                "reason": f"GPU model: {failure_reason(exc)}"}
+    except Exception as exc:  # the point's CPU figures and status stand; its GPU row says why it has none
+        return {**dict.fromkeys(GPU_FIELDS), "gpu": gpu.key, CHECKED: "", GPU_STATUS: "error",
+                "gpu_note": f"GPU model failed: {failure_reason(exc)}"}
 
 
 def add_gpu_fields(records: list[dict], points: list[Point], gpus: list[GpuSpec]) -> list[dict]:
@@ -151,7 +154,10 @@ def _series_search(job) -> tuple[list[dict], dict]:
     for gpu in gpus:
         limit_bytes = min(gpu.memory_bytes, budget_bytes) if budget_bytes is not None else gpu.memory_bytes
 
+        visited: set = set()  # the lengths this GPU's search asked for: only their failures are its own
+
         def fits(n: int) -> bool:
+            visited.add(n)
             r = at(n)
             return not isinstance(r, str) and r[gpu.key].fits and r[gpu.key].total_bytes <= limit_bytes
 
@@ -171,8 +177,9 @@ def _series_search(job) -> tuple[list[dict], dict]:
             row = {**point_at(best).identity(), **at(best)[gpu.key].fields(),
                    "predicted_peak_bytes": at(best)[gpu.key].traced_peak_bytes,
                    CHECKED: how_sure(point_at(best).identity(), gpu)}
-        if failed:  # a length read as "does not fit" was in fact not predicted
-            row.update(status="error", reason=next(iter(failed.values())))
+        mine = [failed[n] for n in lengths if n in failed and n in visited]
+        if mine:  # a length this search read as "does not fit" was in fact not predicted
+            row.update(status="error", reason=mine[0])
             reason = f"prediction failed: {row['reason']}"
         rows.append({"status": "ok", "reason": "", **row, "gpu": gpu.key, "budget_bytes": budget_bytes, "limit_bytes": limit_bytes,
                      "longest_fitting_seq_len": lengths[lo] if lo >= 0 else None, "limited_by": reason})

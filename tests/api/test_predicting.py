@@ -43,6 +43,17 @@ def broken_plugin(tmp_path, monkeypatch):
 
 
 SMALL = dict(modes=["plain"], d_model=32, heads=2, layers=1)
+TINY_GPU = """
+[gpus.tiny]
+name = "Tiny test GPU"
+memory_bytes = 1_073_741_824
+bandwidth_bytes_per_s = 1.0e11
+compute_capability = "8.0"
+sm_count = 8
+tflops = { fp32 = 1.0, tf32 = 2.0, bf16 = 4.0, fp16 = 4.0 }
+context_bytes = 67_108_864
+source = "a test GPU"
+"""
 
 
 def test_a_prediction_that_raises_is_its_points_error_and_the_others_are_predicted(broken_plugin):
@@ -79,7 +90,33 @@ def test_a_gpu_model_that_raises_for_one_point_leaves_the_others(monkeypatch):
     monkeypatch.setattr(gpu_points, "predict_gpu", fails_for_lsh)
     result = api.predict(variants=["lsh", "full"], seq_lens=[256], gpus=["h100-sxm"], **SMALL)
     lsh, full = result.records
-    assert lsh["status"] == "error" and lsh["reason"].startswith("GPU model: KeyError: 'no rule for this op'")
-    assert lsh["predicted_peak_bytes"] > 0 and lsh["gpu_allocated_peak_bytes"] is None  # its CPU figures stay
-    assert full["status"] == "ok" and full["gpu_allocated_peak_bytes"] > 0
-    assert result.failed().startswith("1 of 2 predictions failed; the first: GPU model: KeyError")
+    assert lsh["status"] == "ok" and lsh["predicted_peak_bytes"] > 0  # its CPU figures stand
+    assert lsh["gpu_status"] == "error" and lsh["gpu_allocated_peak_bytes"] is None
+    assert lsh["gpu_note"].startswith("GPU model failed: KeyError: 'no rule for this op'")
+    assert full["status"] == "ok" and full["gpu_allocated_peak_bytes"] > 0 and "gpu_status" not in full
+    assert result.failed().startswith("1 of 2 predictions failed; the first: h100-sxm: GPU model failed: KeyError")
+    table = result.table()  # the CPU table shows lsh's figures; the GPU table's note says why its row is empty
+    assert "model note: h100-sxm: GPU model failed: KeyError" in table
+
+
+def test_a_failure_at_a_length_one_gpus_search_never_asked_for_is_not_that_gpus(tmp_path, monkeypatch):
+    """The GPUs of a budget search share their predictions; each row is an error only where its
+    own search met the failure."""
+    from attnprof.profiler.predict import gpu_points
+
+    real = gpu_points.predict_gpu
+    asked = []
+
+    def fails_at_4096(point, gpu, cache=None, limit_bytes=None):
+        asked.append((gpu.key, point.shape.seq_len))
+        if point.shape.seq_len == 4096:
+            raise ValueError("no 4096 for me")
+        return real(point, gpu, cache, limit_bytes)
+
+    monkeypatch.setattr(gpu_points, "predict_gpu", fails_at_4096)
+    (tmp_path / "tiny.toml").write_text(TINY_GPU)
+    rows = api.predict(variants=["full"], budget="1TiB", max_len=16384, gpus=["tiny", "h100-sxm"],
+                       gpu_files=[tmp_path / "tiny.toml"], **SMALL).records
+    by_gpu = {r["gpu"]: r for r in rows}
+    assert by_gpu["tiny"]["status"] == "error" and "no 4096 for me" in by_gpu["tiny"]["limited_by"]
+    assert by_gpu["h100-sxm"]["status"] == "ok" and by_gpu["h100-sxm"]["longest_fitting_seq_len"] == 16384

@@ -92,6 +92,9 @@ def test_csv_spells_out_control_characters_and_lone_surrogates():
     rows = list(csv.DictReader(io.StringIO(data.decode("utf-8"))))
     assert len(rows) == 2 and rows[0]["variant"] == "sdpa\\r\\x1b[2J\\x07"
     assert rows[0]["reason"] == "broken \\ud800 text"
+    recs[1]["variant"] = "caf\u00e9 a\u00a0b \U0001f469\u200d\U0001f52c \u202eevil"  # legitimate text kept, bidi spelled out
+    row = list(csv.DictReader(io.StringIO(export_table.to_csv(recs).decode("utf-8"))))[1]
+    assert row["variant"] == "caf\u00e9 a\u00a0b \U0001f469\u200d\U0001f52c \\u202eevil"
 
 
 def test_non_finite_is_named():
