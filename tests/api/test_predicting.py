@@ -6,6 +6,7 @@ from types import SimpleNamespace
 import pytest
 
 from attnprof import api
+from gpu_samples import TINY_CARD_TOML
 from attnprof.errors import UserError
 from attnprof.profiler.runner.storage import read_records
 from attnprof.scenarios.scenario import Scenario
@@ -43,17 +44,6 @@ def broken_plugin(tmp_path, monkeypatch):
 
 
 SMALL = dict(modes=["plain"], d_model=32, heads=2, layers=1)
-TINY_GPU = """
-[gpus.tiny]
-name = "Tiny test GPU"
-memory_bytes = 1_073_741_824
-bandwidth_bytes_per_s = 1.0e11
-compute_capability = "8.0"
-sm_count = 8
-tflops = { fp32 = 1.0, tf32 = 2.0, bf16 = 4.0, fp16 = 4.0 }
-context_bytes = 67_108_864
-source = "a test GPU"
-"""
 
 
 def test_a_prediction_that_raises_is_its_points_error_and_the_others_are_predicted(broken_plugin):
@@ -114,7 +104,7 @@ def test_a_failure_at_a_length_one_gpus_search_never_asked_for_is_not_that_gpus(
         return real(point, gpu, cache, limit_bytes)
 
     monkeypatch.setattr(gpu_points, "predict_gpu", fails_at_4096)
-    (tmp_path / "tiny.toml").write_text(TINY_GPU)
+    (tmp_path / "tiny.toml").write_text(TINY_CARD_TOML)
     rows = api.predict(variants=["full"], budget="1TiB", max_len=16384, gpus=["tiny", "h100-sxm"],
                        gpu_files=[tmp_path / "tiny.toml"], **SMALL).records
     by_gpu = {r["gpu"]: r for r in rows}

@@ -28,21 +28,12 @@ from attnprof.scenarios.scenario import Scenario
 from attnprof.profiler.memmodel.blas_workspaces import ENV as BLAS_ENV
 
 from conftest import Page, synthetic_record, write_run
+from gpu_samples import TINY_CARD_TOML
 
 MiB = 1 << 20
 LENGTHS = [1 << e for e in range(MIN_EXP, MAX_EXP + 1)]  # what the report searches: 16 .. 1M
 
-GPU_FILE = """
-[gpus.tiny]
-name = "Tiny test GPU"
-memory_bytes = 1_073_741_824         # 1 GiB, the least a GPU file may give
-bandwidth_bytes_per_s = 1.0e11
-compute_capability = "8.0"
-sm_count = 8
-tflops = { fp32 = 1.0, tf32 = 2.0, bf16 = 4.0, fp16 = 4.0 }
-context_bytes = 67_108_864
-source = "a test GPU"
-
+GPU_FILE = TINY_CARD_TOML + """
 [gpus.small]
 name = "Small test GPU"
 memory_bytes = 4_294_967_296         # 4 GiB
