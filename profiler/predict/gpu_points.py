@@ -49,7 +49,8 @@ def _point_job(job) -> list[dict]:
 
 def _gpu_fields(point: Point, gpu: GpuSpec, cache: TraceCache) -> dict:
     """One point's gpu_* fields on ``gpu``; where the model's trace fails (a plug-in's bug, or
-    attnprof's), none, and the record's status and reason say so: the other points keep theirs."""
+    attnprof's), none, with ``gpu_status`` "error" and ``gpu_note`` saying why: the point's CPU
+    status and figures, and the other points, keep theirs."""
     try:
         return {**predict_gpu(point, gpu, cache).fields(), CHECKED: how_sure(point.identity(), gpu)}
     except UserError:
