@@ -2,10 +2,10 @@
 
 Started by the sweep as ``python -m attnprof.profiler.runner.preload PARENT_PID FD``.
 Importing torch and attnprof, one tiny prediction on real tensors (as small points
-are predicted), one tiny fake-tensor run (``warm_fake_tensors``: FakeTensorMode's
-lazy imports, ~0.5 s) and ``torch._dynamo`` (which every TorchDispatchMode imports on its
-first call: ~1.3 s), happen here once instead of in every point's process; on a CUDA
-build only the steps the first real GPU showed safe (below). Before every fork the helper
+are predicted) and one tiny fake-tensor run (``warm_fake_tensors``: FakeTensorMode's
+lazy imports, ~0.5 s) happen here once instead of in every point's process; on a CUDA
+build only the steps the first real GPU showed safe (below). ``torch._dynamo`` is imported
+nowhere in a sweep (the worker measures under ``fakemode.light_dynamo``). Before every fork the helper
 checks that it is still single-threaded (``forks.fork_hazard``); when it is not, the point
 runs in a clean process instead (a fresh interpreter, ``spawn_worker``), and the sweep is told
 once why (a ``("note", text)`` message).
@@ -68,12 +68,8 @@ def warm_up() -> None:
                       forward_only=cuda_build))
         if not cuda_build:
             warm_fake_tensors(forward_only=False)
-            # Every TorchDispatchMode handler (the memory pass's tracker, the GPU pass's SDPA spy) and
-            # torch.utils.checkpoint are wrapped by torch._disable_dynamo, which imports torch._dynamo
-            # on its first call: 1.3-1.5 s of every worker's memory pass on 2 cores (measured), once here
-            # instead. On a CUDA build only after the GPU check's forks stage shows a worker forked after
-            # it runs CUDA (scripts/gpu_fork_check.py, step "dynamo"; it also imports triton there).
-            import torch._dynamo  # noqa: F401
+        # No torch._dynamo here: a worker measures under fakemode.light_dynamo (worker.measure_point),
+        # so neither its memory pass nor its timing pass imports the compiler (docs/gpu.md).
     finally:
         torch.set_num_threads(threads)
 

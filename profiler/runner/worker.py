@@ -6,6 +6,7 @@ or hang takes only its own process down. Order inside a point:
   1. predict (fake tensors): the predicted peak and FLOPs; skip if over the memory limit;
   2. memory pass, alone (the tracker's overhead must not touch the timings);
   3. timing pass: warm-up, then forward and backward timed separately, repeatedly.
+Neither pass imports torch._dynamo (``fakemode.light_dynamo``: ``measure_point``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import torch
 
 from attnprof.profiler.lifeline import die_with_parent
 from attnprof.profiler.measure.accounting import account
+from attnprof.profiler.measure.fakemode import light_dynamo
 from attnprof.profiler.measure.device_kernels import on_device
 from attnprof.profiler.predict.fake_run import predict
 from attnprof.profiler.runner.estimate import add_time_fields
@@ -139,13 +141,19 @@ def measure_point(point: Point, settings: dict) -> PointRecord:
         if device != "cpu":
             with phase(record, "cuda_context"):
                 torch.cuda.synchronize(device)  # the context (allocates nothing through the allocator)
-        with phase(record, "memory_pass"):
-            if device == "cpu":
-                _cpu_memory_pass(point, record)
-            else:
-                record_cuda_memory(point, record, device, settings.get("timeline_dir") or "")
-        with phase(record, "timing_pass"):
-            _timing_pass(point, record, settings, record.point_phases_s["memory_pass"])
+        # Both passes under light_dynamo's stand-in for torch._dynamo: every dispatch-mode handler (the
+        # tracker, the SDPA spy) and torch.utils.checkpoint are wrapped by torch._disable_dynamo, whose
+        # first call imports the compiler (0.8-1.5 s a process, measured: docs/gpu.md). Outside
+        # compilation that wrapper costs one call (0.5 us measured; two per checkpointed block and
+        # step), which these timings leave out.
+        with light_dynamo():
+            with phase(record, "memory_pass"):
+                if device == "cpu":
+                    _cpu_memory_pass(point, record)
+                else:
+                    record_cuda_memory(point, record, device, settings.get("timeline_dir") or "")
+            with phase(record, "timing_pass"):
+                _timing_pass(point, record, settings, record.point_phases_s["memory_pass"])
     except Exception as exc:  # noqa: BLE001 - any failure of one point is that point's result
         record.status = "oom" if is_oom(exc) else "error"
         at = record.reason.find(UNPREDICTED)  # a GPU point measured without a prediction keeps saying so

@@ -34,7 +34,7 @@ def test_a_dry_run_records_every_step_and_a_child_after_each(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     doc = json.loads(out.read_text())
     assert doc["device"] == "cpu"
-    assert [r["step"] for r in doc["steps"]] == ["import", "warm_up", "fake_forward", "dynamo", "fake_backward"]
+    assert [r["step"] for r in doc["steps"]] == ["import", "warm_up", "fake_forward", "fake_backward"]
     for row in doc["steps"]:
         assert row["child"] == "ok" and row["step_error"] is None and not row["rule_wrong"]
         assert row["threads"] >= 1 and row["step_s"] >= 0
@@ -84,17 +84,18 @@ def test_a_rule_that_refuses_to_fork_after_the_helpers_steps_is_said(fork_check)
     assert "a forward-only fake warm-up failed itself: RuntimeError: x" in line
 
 
-def test_each_candidate_step_gets_its_own_verdict(fork_check):
-    """The forward-only fake warm-up and importing torch._dynamo: each may join the helper on a
-    CUDA build only where its own child ended ok under a rule that said fork; the steps accumulate
-    in one process, so a candidate after one that broke the child is not judged."""
+def test_each_candidate_step_gets_its_own_verdict(fork_check, monkeypatch):
+    """A candidate may join the helper on a CUDA build only where its own child ended ok under a
+    rule that said fork; the steps accumulate in one process, so a candidate after one that broke
+    the child is not judged (a second candidate, "later", stands in for the next one)."""
+    monkeypatch.setitem(fork_check.CANDIDATES, "later", "a later step")
     failing = "FAIL AcceleratorError: CUDA error: initialization error"
     line, rc = fork_check.headline([row("import"), row("warm_up"), row("fake_forward"),
-                                    row("dynamo", child=failing, hazard="2 threads"),
+                                    row("later", child=failing, hazard="2 threads"),
                                     row("fake_backward", child=failing, hazard="2 threads")], "cuda")
     assert rc == 0 and "a forward-only fake warm-up is fork-safe here" in line
-    assert "importing torch._dynamo is NOT fork-safe here" in line
+    assert "a later step is NOT fork-safe here" in line
     line, rc = fork_check.headline([row("import"), row("warm_up"), row("fake_forward", child=failing),
-                                    row("dynamo", child=failing), row("fake_backward", child=failing)], "cuda")
+                                    row("later", child=failing), row("fake_backward", child=failing)], "cuda")
     assert rc == 1 and "a forward-only fake warm-up is NOT fork-safe here" in line
-    assert "importing torch._dynamo: not judged (the child already failed after fake_forward)" in line
+    assert "a later step: not judged (the child already failed after fake_forward)" in line

@@ -124,3 +124,38 @@ def test_a_gpu_point_without_a_prediction_is_not_run_past_an_explicit_memory_lim
     record = measure_point(POINT, settings(device="cuda:0", mem_limit_bytes=1 << 30))
     assert record.status == "skipped" and "--mem-limit needs a prediction" in record.reason
     assert record.reason.startswith("measured without a prediction: RuntimeError: no prediction")
+
+
+NO_COMPILER = r"""
+import torch
+from attnprof.profiler.measure.fakemode import is_real_dynamo_loaded
+from attnprof.profiler.records import Point, Shape
+from attnprof.profiler.runner.worker import measure_point
+
+def peaks():
+    out = []
+    for mode in ("plain", "checkpoint", "reversible"):  # checkpoint's functions are wrapped by _disable_dynamo too
+        shape = Shape(seq_len=64, d_model=32, heads=2, layers=2, optimizer="adamw")  # step calls graph_break
+        record = measure_point(Point("sdpa", mode, "model", shape), {"device": "cpu", "warmup": 1, "repeats": 1})
+        assert record.status == "ok", record.reason
+        out.append(record.measured_peak_bytes)
+    return out
+
+before = peaks()
+print("compiler imported:", is_real_dynamo_loaded())
+import torch._dynamo
+print("same peaks with it:", peaks() == before)
+"""
+
+
+@pytest.mark.slow
+def test_measuring_a_point_imports_no_compiler_and_its_figures_do_not_depend_on_that(tmp_path):
+    """A worker forked from a helper that never imported torch._dynamo (a CUDA build's) must not
+    pay that import in each point (0.8-1.5 s): its passes run under fakemode.light_dynamo."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", NO_COMPILER], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "ATTNPROF_CACHE_DIR": str(tmp_path)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == ["compiler imported: False", "same peaks with it: True"]
