@@ -78,7 +78,7 @@ def _check_target(target: Path, run_dir: Path) -> None:
         own = False
     if own:
         raise UsageProblem(f"--out {target} is one of the run folder's own files; choose another name")
-    safeio.check_file_writable(target, "--out")  # a name too long, a read-only folder: one line
+    safeio.check_file_writable(target, "--out", probe=True)  # a name too long, a read-only folder: one line
     try:
         folder, there = target.is_dir(), target.parent.is_dir()
     except OSError as exc:

@@ -200,7 +200,7 @@ def _check_run_folder(run: SweepRun, resume: bool, report: bool = True) -> None:
     from attnprof.profiler.runner.storage import read_records, refuse_planted_links, results_size
     from attnprof.profiler.runner.sweep import SweepError
 
-    safeio.check_folder_writable(run.out, "the run folder")  # a file in the way, too
+    safeio.check_folder_writable(run.out, "the run folder", probe=True)  # a file in the way, too
     if not run.out.is_dir():
         return
     refuse_planted_links(run.out)

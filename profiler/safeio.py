@@ -15,7 +15,10 @@ through this module instead:
 
 A refused link is ``LinkRefused``: a ``UserError`` (one line, exit 2), never an OSError,
 so no caller's "the folder is read-only, carry on" handler can swallow it. Storage checks
-made before any work (``check_folder_writable``) raise ``UnwritablePath``, also exit 2.
+made before any work (``check_folder_writable``) raise ``UnwritablePath``, also exit 2; for a
+place the user named (``--out``, ``--output``, ``--json-out``, ``--timeline DIR``) they also make
+something there and remove it (``probe``), since root passes permission bits that ``/proc``
+does not honour.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import tempfile
 from pathlib import Path
 from typing import Optional
 
@@ -194,10 +198,15 @@ def _name_problem(path: Path) -> Optional[str]:
     return f"the name {long[:40]}... is longer than {NAME_MAX} bytes" if long else None
 
 
-def check_folder_writable(folder: Path, what: str) -> None:
+def check_folder_writable(folder: Path, what: str, probe: bool = False) -> None:
     """UnwritablePath, in one line, unless files can be created in ``folder`` (made if need
     be): no name too long, no file where a folder belongs, the nearest existing folder
-    writable and not on a read-only file system. Creates nothing."""
+    writable and not on a read-only file system. Creates nothing, unless ``probe`` (a path the
+    user named, never one inside a run folder, which is untrusted: it may hold a planted
+    link): permission bits do not say it all (root may write wherever they allow, but not in
+    ``/proc``), so a folder that does not exist yet has its first missing folder made and
+    removed, one that exists a temporary file made in it and removed; nothing through a link,
+    nothing left behind."""
     folder = Path(folder)
     problem = _name_problem(folder)
     if problem:
@@ -218,15 +227,38 @@ def check_folder_writable(folder: Path, what: str) -> None:
     if not os.access(here, os.W_OK | os.X_OK):
         why = "read-only file system" if _read_only_fs(here) else "permission denied"
         raise UnwritablePath(f"cannot write {what} {folder}: {here} is not writable ({why})")
+    problem = _probe(here, folder) if probe and not os.path.islink(here) else None
+    if problem:
+        raise UnwritablePath(f"cannot write {what} {folder}: {problem}")
 
 
-def check_file_writable(path: Path, what: str) -> None:
+def _probe(here: Path, folder: Path) -> Optional[str]:
+    """Why nothing can be created where ``folder`` goes (``here``: its nearest existing folder),
+    found by creating something and removing it again; None when it could be."""
+    try:
+        if here == folder:
+            fd, name = tempfile.mkstemp(prefix=".attnprof-probe-", dir=here)  # O_EXCL: never through a link
+            os.close(fd)
+            os.unlink(name)
+        else:
+            first = here / folder.relative_to(here).parts[0]  # the first folder the write would make
+            os.mkdir(first)
+            try:
+                os.rmdir(first)
+            except OSError:
+                pass  # something arrived in it meanwhile: not ours to remove
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
+
+
+def check_file_writable(path: Path, what: str, probe: bool = False) -> None:
     """``check_folder_writable`` for a file's folder, and a name that fits."""
     path = Path(path)
     problem = _name_problem(path)
     if problem:
         raise UnwritablePath(f"cannot write {what} {_short(path)}: {problem}")
-    check_folder_writable(path.parent, what)
+    check_folder_writable(path.parent, what, probe)
 
 
 def _read_only_fs(path: Path) -> bool:

@@ -46,8 +46,9 @@ def render_report(run_dir: Path, output: Path | None = None, baseline: Path | No
     warn = warn or (lambda line: None)
     run = load(run_dir)
     base = load(baseline, role="baseline") if baseline is not None else None
+    named_output = output is not None  # probed (safeio): a place the user named, not the untrusted run folder
     output = Path(output) if output is not None else run.path / "report.html"
-    safeio.check_file_writable(output, "the report")  # a name too long, a read-only folder: before any work
+    safeio.check_file_writable(output, "the report", probe=named_output)  # a name too long, a read-only folder
     if output.is_dir():
         raise ReportError(f"output {output} is a folder; give a file name such as report.html")
     _refuse_links(run, output)

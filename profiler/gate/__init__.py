@@ -90,7 +90,7 @@ def _check_outputs(markdown_file: Optional[str | Path], json_file: Optional[str 
             continue
         path = Path(path)
         try:
-            safeio.check_file_writable(path, what)
+            safeio.check_file_writable(path, what, probe=True)
             folder, there = path.is_dir(), path.parent.is_dir()
         except safeio.UnwritablePath as exc:
             raise GateError(str(exc)) from None

@@ -43,8 +43,9 @@ def file_name(point: Point, gpu: Optional[str] = None) -> str:
 
 
 def check_folder(folder) -> None:
-    """UnwritablePath in one line unless ``folder`` can take the files: before any work."""
-    safeio.check_folder_writable(Path(folder), "the timeline folder")
+    """UnwritablePath in one line unless ``folder`` (``predict --timeline DIR``: a folder the user
+    named, so probed) can take the files: before any work."""
+    safeio.check_folder_writable(Path(folder), "the timeline folder", probe=True)
 
 
 def write_files(folder, name: str, snapshot_bytes: bytes, trace_bytes: bytes) -> list:

@@ -164,6 +164,8 @@ def test_an_out_name_too_long_and_a_path_with_control_bytes_are_one_line(run, tm
     result = runner.invoke(app, ["export", str(run), "--out", str(tmp_path / ("x" * 300 + ".csv"))])
     assert result.exit_code == 2 and result.stderr.startswith("error: cannot write --out") and "longer than" in result.stderr
     assert "Traceback" not in result.output + result.stderr
+    result = runner.invoke(app, ["export", str(run), "--out", "/proc/attnprof.csv"])  # root's bits pass: probed
+    assert result.exit_code == 2 and result.stderr.startswith("error: cannot write --out /proc") and not result.stdout
     out = tmp_path / "bell\a\r.csv"
     result = runner.invoke(app, ["export", str(run), "--out", str(out)])
     assert result.exit_code == 0 and out.is_file()

@@ -130,6 +130,39 @@ def test_unwritable_places_are_one_line(tmp_path, monkeypatch):
         safeio.check_folder_writable(tmp_path / "new" / "run", "the run folder")
 
 
+PROC = "/proc/attnprof-probe-test"  # /proc takes no new entry: root passes its permission bits, a probe does not
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs Linux's /proc")
+def test_a_probe_finds_what_permission_bits_do_not(tmp_path):
+    """As root, os.access says /proc is writable; making anything in it fails. A probe (a path
+    the user named: --out, --json-out) finds that before any work, and leaves nothing behind."""
+    for path in (PROC, f"{PROC}/run"):
+        with pytest.raises(safeio.UnwritablePath) as info:
+            safeio.check_folder_writable(path, "the run folder", probe=True)
+        assert str(info.value).startswith(f"cannot write the run folder {path}: ") and "\n" not in str(info.value)
+    with pytest.raises(safeio.UnwritablePath, match="cannot write --out /proc: "):
+        safeio.check_file_writable("/proc/x.csv", "--out", probe=True)
+    safeio.check_folder_writable(tmp_path / "new" / "run", "the run folder", probe=True)  # creatable: fine
+    safeio.check_folder_writable(tmp_path, "the run folder", probe=True)  # and so is a folder that exists
+    assert list(tmp_path.iterdir()) == []  # nothing left by either probe
+
+
+def test_a_probe_goes_through_no_link(tmp_path, monkeypatch):
+    """A linked folder is not probed (what is made there would land in the link's target)."""
+    target, link = tmp_path / "target", tmp_path / "link"
+    target.mkdir()
+    link.symlink_to(target)
+    made = []
+    monkeypatch.setattr(safeio.os, "mkdir", lambda *a, **k: made.append(a))
+    monkeypatch.setattr(safeio.tempfile, "mkstemp", lambda *a, **k: made.append(k) or (_ for _ in ()).throw(OSError))
+    safeio.check_folder_writable(link, "the run folder", probe=True)
+    safeio.check_folder_writable(link / "run", "the run folder", probe=True)
+    assert made == []
+    safeio.check_folder_writable(target, "the run folder")  # without probe: nothing is made either
+    assert made == []
+
+
 def test_make_folder_refuses_a_link_or_a_file_in_one_line(tmp_path):
     from attnprof.profiler.safeio import LinkRefused, make_folder
 

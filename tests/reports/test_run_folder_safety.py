@@ -123,7 +123,8 @@ def test_an_unwritable_output_is_one_line_before_any_work(run, tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
     for output, fragment in ((tmp_path / ("r" * 300 + ".html"), "longer than 255 bytes"),
-                             (blocker / "report.html", "is a file, not a folder")):
+                             (blocker / "report.html", "is a file, not a folder"),
+                             ("/proc/attnprof-report.html", "cannot write the report /proc")):  # probed
         result = report(run, "--seconds", "0", "--output", output)
         assert result.exit_code == 2, (result.exit_code, result.stderr, result.exception)
         assert result.stderr.count("\n") == 1 and fragment in result.stderr, result.stderr

@@ -162,7 +162,8 @@ def test_outputs_written(tmp_path, monkeypatch, baseline, run):
 
 
 @pytest.mark.parametrize("where, words", [("missing/gate.json", "does not exist"), ("", "it is a folder"),
-                                          ("x" * 300 + ".json", "longer than")])
+                                          ("x" * 300 + ".json", "longer than"),
+                                          ("/proc/attnprof-gate.json", "/proc")])  # root's bits pass: probed
 def test_an_unwritable_output_is_refused_before_the_table(tmp_path, baseline, run, where, words):
     """Not the table and PASS, then an error: the one line, and no comparison printed."""
     code, text = gate(baseline, run, json_file=tmp_path / where)

@@ -145,6 +145,8 @@ def test_an_unwritable_run_folder_is_one_line_before_the_banner(tmp_path):
     refused([*SWEEP, "--out", str(blocker / "run")], "is a file, not a folder")
     refused([*SWEEP, "--out", str(tmp_path / ("r" * 300))], "longer than 255 bytes")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+    if os.path.isdir("/proc"):  # root passes /proc's permission bits; making anything there fails: probed
+        refused([*SWEEP, "--out", "/proc/attnprof-run"], "cannot write the run folder /proc/attnprof-run")
 
 
 @pytest.fixture

@@ -44,3 +44,6 @@ def test_a_folder_that_cannot_be_written_is_refused_in_one_line(tmp_path):
         check_folder(tmp_path / "file" / "sub")
     assert "\n" not in str(err.value)
     check_folder(tmp_path / "new" / "folder")  # absent folders are made later: fine
+    assert list(tmp_path.iterdir()) == [tmp_path / "file"]  # the probe left nothing behind
+    with pytest.raises(UnwritablePath, match="cannot write the timeline folder /proc/attnprof-tl: "):
+        check_folder("/proc/attnprof-tl")  # root's permission bits pass /proc; the probe does not
