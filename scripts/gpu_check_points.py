@@ -178,6 +178,26 @@ def models(runs: list[Path], csv_path: Path, json_path: Path, gpu_key: str, dry_
     return 0
 
 
+PHASES = ("start", "predict", "cuda_context", "memory_pass", "timing_pass")  # worker.measure_point's, in order
+
+
+def phases_text(records: list[dict]) -> str:
+    """Where a point's seconds went inside its worker (``point_phases_s``, the median over
+    ``records``), and how much of the timing pass its timed samples were (the rest: warm-up,
+    the first step's library handles and kernel loading, synchronisation): issue 38 item 4."""
+    parts = []
+    for name in PHASES:
+        values = [r["point_phases_s"][name] for r in records if isinstance(r.get("point_phases_s"), dict)
+                  and isinstance(r["point_phases_s"].get(name), (int, float))]
+        if values:
+            parts.append(f"{name} {statistics.median(values):.2f} s")
+    timed = [(sum(r.get("time_fwd_samples_ms") or []) + sum(r.get("time_bwd_samples_ms") or [])) / 1e3
+             for r in records if r.get("time_fwd_samples_ms")]
+    if timed:
+        parts.append(f"of which timed {statistics.median(timed):.2f} s")
+    return ", ".join(parts)
+
+
 def seconds(run: Path, wall_s: float, full_points: int) -> int:
     """Seconds per point of the slice, where they went, and the full sweep at that pace."""
     records = records_of([run])
@@ -189,15 +209,18 @@ def seconds(run: Path, wall_s: float, full_points: int) -> int:
                   for r in records) / 1e3
     for r in records:
         print(f"{r.get('variant')} {r.get('mode')} n={r.get('seq_len')}: {r.get('status')}, "
-              f"{r.get('point_wall_s') if r.get('point_wall_s') is not None else '-'} s in its worker")
+              f"{r.get('point_wall_s') if r.get('point_wall_s') is not None else '-'} s in its worker "
+              f"({phases_text([r]) or 'no phases'})")
     per_point = wall_s / len(records)
     statuses = Counter(str(r.get("status")) for r in records)
     variants = sorted({str(r.get("variant")) for r in records})
     worker = (f"{sum(inside):.1f} s inside workers (median {statistics.median(inside):.2f} s a point)"
               if inside else "no worker time recorded")
+    phases = phases_text(records)
     print(f"HEADLINE: {len(records)} points of {', '.join(variants)} "
           f"({', '.join(f'{n} {s}' for s, n in sorted(statuses.items()))}) in {wall_s:.1f} s: "
           f"{per_point:.2f} s/point measured (the sweep's start included), {worker}, {timed_s:.2f} s timed passes; "
+          f"{'median ' + phases + '; ' if phases else ''}"
           f"{full_points} points at this pace: {per_point * full_points / 60:.1f} min (extrapolated from this slice, "
           f"not measured)")
     return 0 if statuses.get("ok") else 1

@@ -62,6 +62,21 @@ def test_seconds_per_point_and_the_full_sweep_labelled_as_extrapolated(points, t
     assert "189 points at this pace: 31.5 min (extrapolated from this slice, not measured)" in headline
 
 
+def test_seconds_says_where_a_points_seconds_went(points, tmp_path, capsys):
+    """Issue 38 item 4: the worker's phases (median over the slice) and the timed share of its timing pass."""
+    phases = [{"start": 0.1, "predict": 0.0, "cuda_context": 0.4, "memory_pass": 1.0, "timing_pass": 2.0},
+              {"start": 0.3, "predict": 0.2, "cuda_context": 0.6, "memory_pass": 3.0, "timing_pass": 4.0}]
+    records = [record(n=256 << i, status="ok", point_wall_s=4.0, point_phases_s=p,
+                      time_fwd_samples_ms=[100.0, 100.0], time_bwd_samples_ms=[200.0 * (i + 1)] * 2)
+               for i, p in enumerate(phases)]
+    assert points.seconds(write_run(tmp_path / "run", records), 10.0, 189) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert ("median start 0.20 s, predict 0.10 s, cuda_context 0.50 s, memory_pass 2.00 s, timing_pass 3.00 s, "
+            "of which timed 0.80 s;") in lines[-1]
+    assert lines[0].endswith("(start 0.10 s, predict 0.00 s, cuda_context 0.40 s, memory_pass 1.00 s, "
+                             "timing_pass 2.00 s, of which timed 0.60 s)")
+
+
 def cuda_record(kv_heads: int) -> dict:
     return record(kv_heads=kv_heads, status="ok", device="cuda", device_name="NVIDIA H200",
                   measured_peak_bytes=10_000_000, measured_by="cuda-allocator", cuda_reserved_peak_bytes=20_971_520,
