@@ -17,7 +17,7 @@ import typer
 
 from attnprof.cli_options import (LENGTHS, MEASURE, OUTPUT, SCALE, ExecutorChoice, GpuFileOpt, GpuOpt, JsonOpt,
                                   NoCacheOpt, ScenarioOpt, SortChoice, api_keywords, check_device, scenario_flags)
-from attnprof.cli_exits import EXIT_USAGE, QUICK_EXIT, Commands, interrupted_code, leave, one_line, say
+from attnprof.cli_exits import EXIT_USAGE, QUICK_EXIT, Commands, interrupted_code, leave, one_line, say, say_line
 from attnprof.errors import UserError
 from attnprof.profiler import safe_points
 from attnprof.profiler.units import REPORT_SECONDS, printable, strict_json
@@ -57,11 +57,11 @@ def variants(as_json: JsonOpt = False):
         typer.echo(strict_json([asdict(v) for v in found], indent=1))
         return
     for v in found:
-        say(f"{v.name:<15} {v.description}")
+        say_line(f"{v.name:<15} {v.description}")
         if v.paper:
-            say(f"{'':<15} paper: {v.paper}")
+            say_line(f"{'':<15} paper: {v.paper}")
         for o in v.options:
-            say(f"{'':<15} option {o.name} ({o.type}, default {o.default}): {o.help}")
+            say_line(f"{'':<15} option {o.name} ({o.type}, default {o.default}): {o.help}")
 
 
 def _variants_from_registry() -> list:
@@ -133,7 +133,7 @@ def predict(scenario: ScenarioOpt = None,
                          **api_keywords(flags, PREDICT_FIELDS))
     for note in result.notes:  # warnings always; hints ("note: ...") only beside the table
         if not (as_json and note.startswith("note:")):
-            say(note, err=True)
+            say_line(note, err=True)
     if as_json:
         typer.echo(strict_json(result.records, indent=1))
     else:
@@ -142,7 +142,7 @@ def predict(scenario: ScenarioOpt = None,
         typer.echo(f"wrote {printable(path)}", err=True)
     failed = result.failed()
     if failed:  # the table (or JSON) above holds every prediction that worked; the exit says some did not
-        say(f"error: {failed}", err=True)
+        say_line(f"error: {failed}", err=True)
         raise typer.Exit(1)
 
 
@@ -173,7 +173,7 @@ def calibrate(as_json: JsonOpt = False,
 
     run = api.calibrate(no_cache=no_cache, threads=threads)
     for note in run.notes:
-        say(note, err=True)
+        say_line(note, err=True)
     if as_json:
         typer.echo(strict_json(run.to_dict(), indent=1))
     else:
@@ -232,24 +232,24 @@ def sweep(scenario: ScenarioOpt = None,
 
     def banner(run: api.SweepRun) -> None:  # after every check: a refusal prints only its error
         limit = fmt_bytes(run.mem_limit_bytes) if run.mem_limit_bytes else "each device's memory"
-        say(f"attnprof sweep: scenario {run.scenario.name}, device {run.device}, executor "
+        say_line(f"attnprof sweep: scenario {run.scenario.name}, device {run.device}, executor "
             f"{executor.value}, memory limit {limit}, out {run.out}", err=True)  # a name from a file, a path
 
     run = api.sweep(scenario, **api_keywords(flags), device=device, mem_limit=mem_limit, out=out, resume=resume, report=report, progress=not quiet,
-                    on_start=banner, log=lambda line: say(line, err=True), gpus=gpu,
+                    on_start=banner, log=lambda line: say_line(line, err=True), gpus=gpu,
                     gpu_files=gpu_file or (), executor=executor.value, parallel=parallel, ray_address=ray_address,
                     ray_cpus_per_point=ray_cpus_per_point, gpu_types=gpu_types, timeline=timeline)
     print_outcome(run)
     if run.interrupted:
-        say(f"interrupted: every finished point is in {run.results_path}; "
+        say_line(f"interrupted: every finished point is in {run.results_path}; "
             f"complete it with: attnprof sweep ... --out {run.out} --resume", err=True)
         raise typer.Exit(run.exit_code)
     if run.report_path:
-        say(f"report: {run.report_path}")
-    say(f"results: {run.results_path}")
+        say_line(f"report: {run.report_path}")
+    say_line(f"results: {run.results_path}")
     failure = run.failure()  # issue 38: a sweep that measured nothing is loud
     if failure:
-        say(f"error: {failure}", err=True)  # it quotes a reason read back from the run folder
+        say_line(f"error: {failure}", err=True)  # it quotes a reason read back from the run folder
         raise typer.Exit(run.exit_code)
 
 
@@ -282,9 +282,9 @@ def report(run_dir: Annotated[Path, typer.Argument(
     from attnprof import api
 
     path = api.report(run_dir, output=output, baseline=baseline, seconds=seconds, gpus=gpu, gpu_files=gpu_file or (),
-                      no_cache=no_cache, log=lambda line: say(line, err=True),
+                      no_cache=no_cache, log=lambda line: say_line(line, err=True),
                       timeline_points=timeline_point or ())
-    say(f"report: {path}")
+    say_line(f"report: {path}")
 
 
 @app.command(epilog="[bold]Examples[/]\n\n"
@@ -313,7 +313,7 @@ def gate(run_dir: Annotated[Optional[Path], typer.Argument(help="a sweep's run f
 
     result = api.gate(run_dir, baseline=baseline, tolerance=tolerance, abs_tolerance=abs_tolerance,
                       allow_missing=allow_missing, markdown=markdown, json_out=json_out, update=update,
-                      run_scenario=run, log=lambda line: say(line, err=line.startswith("error: ")),
+                      run_scenario=run, log=lambda line: say_line(line, err=line.startswith("error: ")),
                       skip_invalid=skip_invalid)
     raise typer.Exit(result.exit_code)
 
@@ -334,11 +334,11 @@ def export(run_dir: Annotated[Path, typer.Argument(
     """Write a run's records as a flat table (CSV, Parquet, JSON) or as github-action-benchmark's input."""
     from attnprof import api
 
-    done = api.export(run_dir, format=format, out=out, log=lambda line: say(line, err=True))
+    done = api.export(run_dir, format=format, out=out, log=lambda line: say_line(line, err=True))
     if done.out is None:
         typer.echo(done.data, nl=False)
     else:
-        say(f"export: {done.records} record(s) as {done.format} in {done.out}", err=True)
+        say_line(f"export: {done.records} record(s) as {done.format} in {done.out}", err=True)
 
 
 # --- the console entry point ---------------------------------------------------------------------

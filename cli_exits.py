@@ -40,6 +40,14 @@ def say(text, err: bool = False) -> None:
     typer.echo("\n".join(printable(line) for line in str(text).split("\n")), err=err)
 
 
+def say_line(text, err: bool = False) -> None:
+    """Echo ``text`` as ONE line, every control character spelled out, newlines too
+    (``printable``): a message that names a path, a scenario or a reason from a file, where
+    a newline inside the name would otherwise print as a line of its own (``PASS`` under a
+    banner)."""
+    typer.echo(printable(text), err=err)
+
+
 class Commands(TyperGroup):
     """Every command runs inside this group: a UserError from anywhere below (flags,
     files, the library) ends as ``error: ...`` and its exit code (2, the UserError

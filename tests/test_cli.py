@@ -212,7 +212,7 @@ def test_the_sweeps_banner_and_paths_are_spelled_out(monkeypatch, tmp_path):
     """A scenario file's name and an --out path reach the terminal escaped: ESC cleared the screen."""
     summary = SimpleNamespace(interrupted=True, records=[], kept=0, wall_s=1.0, compute_s=1.0, timed_s=0.5,
                               ahead_s=0.0)
-    out = tmp_path / "run\r\x07"
+    out = tmp_path / "run\r\x07\nPASS"
 
     def fake_sweep(*args, on_start=None, **kwargs):
         run = api.SweepRun(out, api.Scenario(name="evil\x1b[2J\x07\u202e"), "cpu", 1 << 30, summary)
@@ -223,7 +223,8 @@ def test_the_sweeps_banner_and_paths_are_spelled_out(monkeypatch, tmp_path):
     result = runner.invoke(app, ["sweep", "--out", str(out)])
     assert result.exit_code == 130
     assert not any(ch in result.stderr for ch in "\x1b\x07\r\u202e"), repr(result.stderr)
-    assert "scenario evil\\x1b[2J\\x07\\u202e" in result.stderr and "run\\r\\x07" in result.stderr
+    assert "scenario evil\\x1b[2J\\x07\\u202e" in result.stderr and "run\\r\\x07\\nPASS" in result.stderr
+    assert not any(line.startswith("PASS") for line in result.stderr.splitlines())  # a newline in a name: no line of its own
 
 
 def test_a_sweep_that_measured_nothing_names_its_reason_spelled_out(monkeypatch, tmp_path):

@@ -23,6 +23,8 @@ def test_text_from_files_reaches_the_terminal_spelled_out(capsys):
     assert one_line(ValueError("bad \x1b[2J name\u202e\nline 2")) == "bad \\x1b[2J name\\u202e"
     exits.say("table\nrow \x1b[31mred\r", err=True)
     assert capsys.readouterr().err == "table\nrow \\x1b[31mred\\r\n"
+    exits.say_line("report: /tmp/run\nPASS/report.html")  # a message naming a path: one line, whatever the path holds
+    assert capsys.readouterr().out == "report: /tmp/run\\nPASS/report.html\n"
 
 
 def test_sigterm_is_a_keyboard_interrupt_that_remembers_its_signal(monkeypatch):
