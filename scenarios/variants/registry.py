@@ -297,6 +297,8 @@ def parse_variant(text: str, *, load_plugins: bool = True) -> VariantSpec:
         key, eq, value = item.partition("=")
         if not eq or not key.strip():
             raise VariantError(f"option {item!r} in {text!r} is not key=value; valid options: {cls.options_help()}")
+        if key.strip() in given:  # lsh[n_hashes=2,n_hashes=8] would measure only the last: refused
+            raise VariantError(f"option {key.strip()!r} is given twice in {text!r}; give it once")
         given[key.strip()] = value
     coerced = cls.resolve_options(given)
     options = {key: coerced[key] for key in given}  # keep the user's order, drop defaults

@@ -215,6 +215,11 @@ def test_option_values_that_cannot_be_sizes_are_one_line(label, expect):
     assert expect in text and len(text) < 400
 
 
+def test_an_option_given_twice_is_refused_not_the_last_kept():
+    text = one_line_error(lambda: parse_variant("lsh[n_hashes=2, n_hashes=8]"))
+    assert text == "option 'n_hashes' is given twice in 'lsh[n_hashes=2, n_hashes=8]'; give it once"
+
+
 @pytest.mark.parametrize("raw", ["nan", "inf", "-inf", "1e999", float("nan")])
 def test_a_float_option_must_be_finite(raw):
     from attnprof.scenarios.variants.base import Option
