@@ -51,8 +51,8 @@ def light_dynamo():
     passed_through: list = []
 
     def disable(fn=None, recursive=True, *args, **kwargs):
-        if fn is None:  # used as @disable(recursive=...)
-            return lambda f: disable(f, recursive)
+        if fn is None:  # @disable(recursive=...), or ``with disable():`` as the real one allows
+            return _Decorator(lambda f: disable(f, recursive))
         passed_through.append(fn)
         return fn
 
@@ -92,13 +92,32 @@ def light_dynamo():
         yield
     finally:
         for fn in passed_through:  # torch._disable_dynamo caches the wrapper on the function
-            if hasattr(fn, "__dict__"):
-                vars(fn).pop("__dynamo_disable", None)
+            try:  # (a class's __dict__ is a read-only mappingproxy: delattr, not pop)
+                delattr(fn, "__dynamo_disable")
+            except (AttributeError, TypeError):
+                pass
         if "__getattr__" in stand_in.__dict__:  # never became real
             _remove(stand_in, had_attr)
 
 
-def _graph_break() -> None:
+class _Decorator:
+    """What the stand-in's ``disable()`` without a function returns: a decorator, and, as the
+    real ``DisableContext``, a ``with`` block (doing nothing: nothing compiles here)."""
+
+    def __init__(self, wrap):
+        self.wrap = wrap
+
+    def __call__(self, fn):
+        return self.wrap(fn)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        return False
+
+
+def _graph_break(*args, **kwargs) -> None:
     """``torch._dynamo.graph_break`` outside compilation: nothing (torch.optim's ``step``
     calls it twice per step, and it is all an optimizer step asks of the package)."""
 

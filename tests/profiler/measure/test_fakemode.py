@@ -52,6 +52,35 @@ def test_with_dynamo_already_imported_nothing_changes():
     assert sys.modules["torch._dynamo"] is before and torch._dynamo is before
 
 
+EDGES_CODE = r"""
+import torch
+from attnprof.profiler.measure.fakemode import is_real_dynamo_loaded, light_dynamo
+
+class Thing:
+    pass
+
+def f():
+    return 1
+
+with light_dynamo():
+    assert torch._dynamo.disable(Thing) is Thing  # torch's disable takes classes too
+    assert torch._disable_dynamo(f)() == 1  # caches the pass-through on f
+    torch._dynamo.graph_break(msg="why")  # the real one takes a message
+    with torch._dynamo.disable():  # and its disable() is a with block too
+        assert torch._dynamo.disable(recursive=False)(f) is f
+print("after:", is_real_dynamo_loaded(), "__dynamo_disable" in vars(f), "torch._dynamo" in __import__("sys").modules)
+"""
+
+
+def test_a_class_passed_through_and_a_graph_break_with_a_message_leave_cleanly(tmp_path):
+    """Forms the worker's passes do not use today, but torch's own code may (a review's finding):
+    leaving the stand-in raised AttributeError for a class (its __dict__ is a mappingproxy)."""
+    out = subprocess.run([sys.executable, "-c", EDGES_CODE], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "ATTNPROF_CACHE_DIR": str(tmp_path)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.splitlines() == ["after: False False False"]
+
+
 # --- issue 24: optimizer -----------------------------------------------------------------
 OPTIMIZER_CODE = r"""
 import torch

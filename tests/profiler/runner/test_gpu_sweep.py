@@ -27,3 +27,32 @@ def test_a_one_point_cuda_sweep_ends_ok(tmp_path):
     assert record["measured_by"] == "cuda-allocator" and record["measured_peak_bytes"] > 0
     assert record["gpu_sdpa_backend_measured"] in ("flash", "efficient", "cudnn", "math")
     assert record["device"] == "cuda" and record["device_name"]
+
+
+NO_COMPILER_ON_CUDA = r"""
+from attnprof.profiler.measure.fakemode import is_real_dynamo_loaded
+from attnprof.profiler.records import Point, Shape
+from attnprof.profiler.runner.worker import measure_point
+
+for mode, extra in (("plain", {}), ("checkpoint", {"optimizer": "adamw", "autocast": "bfloat16"}),
+                    ("reversible", {"kv_heads": 2})):
+    shape = Shape(seq_len=1024, d_model=256, heads=4, layers=2, **extra)
+    record = measure_point(Point("sdpa", mode, "model", shape), {"device": "cuda", "warmup": 1, "repeats": 2})
+    print(mode, record.status, record.measured_by, (record.reason or "")[:200])
+print("compiler imported:", is_real_dynamo_loaded())
+"""
+
+
+def test_cuda_points_import_no_compiler(tmp_path):
+    """The worker's passes run under fakemode.light_dynamo (worker.measure_point): on a GPU too
+    (the SDPA spy, checkpoint, AdamW, autocast, the backward's device thread) nothing needs the real
+    torch._dynamo, whose import (with triton) each CUDA worker paid before."""
+    import os
+
+    done = subprocess.run([sys.executable, "-c", NO_COMPILER_ON_CUDA], capture_output=True, text=True, timeout=240,
+                          env={**os.environ, "ATTNPROF_CACHE_DIR": str(tmp_path)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert [line.split()[:3] for line in lines[:3]] == [[mode, "ok", "cuda-allocator"]
+                                                        for mode in ("plain", "checkpoint", "reversible")], lines
+    assert lines[3] == "compiler imported: False"
