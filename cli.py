@@ -313,7 +313,7 @@ def gate(run_dir: Annotated[Optional[Path], typer.Argument(help="a sweep's run f
 
     result = api.gate(run_dir, baseline=baseline, tolerance=tolerance, abs_tolerance=abs_tolerance,
                       allow_missing=allow_missing, markdown=markdown, json_out=json_out, update=update,
-                      run_scenario=run, log=lambda line: say_line(line, err=line.startswith("error: ")),
+                      run_scenario=run, log=lambda text: say(text, err=text.startswith("error: ")),  # the table: several lines
                       skip_invalid=skip_invalid)
     raise typer.Exit(result.exit_code)
 

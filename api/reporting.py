@@ -77,9 +77,14 @@ def gate(run_dir: Optional[PathLike] = None, *, baseline: PathLike, tolerance: U
     verdict goes to ``log`` as it comes and into ``GateRun.lines``. A run or baseline that
     holds an invalid record is not comparable (exit 2, naming file and line) unless
     ``skip_invalid``: then it is left out and the summary says how many were."""
-    from attnprof.profiler.gate import run_gate
+    from attnprof.profiler.gate import GateError, check_outputs, run_gate
 
     if run_scenario is not None:
+        if not update:  # an output that cannot be written: refused before the sweep, not after it
+            try:
+                check_outputs(markdown, json_out)
+            except GateError as exc:
+                raise UsageProblem(str(exc)) from None
         run_dir = _gate_sweep(run_scenario, run_dir)
     if run_dir is None:
         raise UsageProblem("give RUN_DIR or --run SCENARIO")

@@ -198,16 +198,17 @@ def _name_problem(path: Path) -> Optional[str]:
     return f"the name {long[:40]}... is longer than {NAME_MAX} bytes" if long else None
 
 
-def check_folder_writable(folder: Path, what: str, probe: bool = False) -> None:
+def check_folder_writable(folder: Path, what: str, probe: bool = False, shown: Optional[Path] = None) -> None:
     """UnwritablePath, in one line, unless files can be created in ``folder`` (made if need
     be): no name too long, no file where a folder belongs, the nearest existing folder
-    writable and not on a read-only file system. Creates nothing, unless ``probe`` (a path the
-    user named, never one inside a run folder, which is untrusted: it may hold a planted
-    link): permission bits do not say it all (root may write wherever they allow, but not in
-    ``/proc``), so a folder that does not exist yet has its first missing folder made and
-    removed, one that exists a temporary file made in it and removed; nothing through a link,
-    nothing left behind."""
+    writable and not on a read-only file system. Creates nothing, unless ``probe`` (a place
+    the user named, never a path inside a run folder, which is untrusted data): permission
+    bits do not say it all (root passes them, but ``/proc`` takes nothing), so a uniquely
+    named folder is made in the nearest existing folder and removed again (no other
+    process's name is ever touched, nothing is left). ``shown``: the path the message names
+    (``check_file_writable``: the file), default ``folder``."""
     folder = Path(folder)
+    shown = folder if shown is None else shown
     problem = _name_problem(folder)
     if problem:
         raise UnwritablePath(f"cannot write {what} {_short(folder)}: {problem}")
@@ -218,38 +219,21 @@ def check_folder_writable(folder: Path, what: str, probe: bool = False) -> None:
             break
         except (FileNotFoundError, NotADirectoryError):  # not there yet, or under a file: look higher
             if here.parent == here:
-                raise UnwritablePath(f"cannot write {what} {folder}: no such folder") from None
+                raise UnwritablePath(f"cannot write {what} {shown}: no such folder") from None
             here = here.parent
         except OSError as exc:
-            raise UnwritablePath(f"cannot write {what} {folder}: {exc.strerror or exc}") from None
+            raise UnwritablePath(f"cannot write {what} {shown}: {exc.strerror or exc}") from None
     if not stat.S_ISDIR(info.st_mode):
-        raise UnwritablePath(f"cannot write {what} {folder}: {here} is a file, not a folder")
+        raise UnwritablePath(f"cannot write {what} {shown}: {here} is a file, not a folder")
     if not os.access(here, os.W_OK | os.X_OK):
         why = "read-only file system" if _read_only_fs(here) else "permission denied"
-        raise UnwritablePath(f"cannot write {what} {folder}: {here} is not writable ({why})")
-    problem = _probe(here, folder) if probe and not os.path.islink(here) else None
-    if problem:
-        raise UnwritablePath(f"cannot write {what} {folder}: {problem}")
-
-
-def _probe(here: Path, folder: Path) -> Optional[str]:
-    """Why nothing can be created where ``folder`` goes (``here``: its nearest existing folder),
-    found by creating something and removing it again; None when it could be."""
-    try:
-        if here == folder:
-            fd, name = tempfile.mkstemp(prefix=".attnprof-probe-", dir=here)  # O_EXCL: never through a link
-            os.close(fd)
-            os.unlink(name)
-        else:
-            first = here / folder.relative_to(here).parts[0]  # the first folder the write would make
-            os.mkdir(first)
-            try:
-                os.rmdir(first)
-            except OSError:
-                pass  # something arrived in it meanwhile: not ours to remove
-    except OSError as exc:
-        return exc.strerror or str(exc)
-    return None
+        raise UnwritablePath(f"cannot write {what} {shown}: {here} is not writable ({why})")
+    if probe:
+        try:
+            os.rmdir(tempfile.mkdtemp(prefix=".attnprof-probe-", dir=here))
+        except OSError as exc:
+            raise UnwritablePath(f"cannot write {what} {shown}: nothing can be made in {here} "
+                                 f"({exc.strerror or exc})") from None
 
 
 def check_file_writable(path: Path, what: str, probe: bool = False) -> None:
@@ -258,7 +242,7 @@ def check_file_writable(path: Path, what: str, probe: bool = False) -> None:
     problem = _name_problem(path)
     if problem:
         raise UnwritablePath(f"cannot write {what} {_short(path)}: {problem}")
-    check_folder_writable(path.parent, what, probe)
+    check_folder_writable(path.parent, what, probe, shown=path)
 
 
 def _read_only_fs(path: Path) -> bool:

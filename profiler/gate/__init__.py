@@ -26,7 +26,7 @@ from attnprof.profiler.gate.markdown import format_error_markdown, format_markdo
 from attnprof.profiler.gate.verdict import DEFAULT_ABS_TOLERANCE, DEFAULT_TOLERANCE_PCT, Tolerance
 from attnprof.profiler.units import MIB as MiB
 
-__all__ = ["FORMAT", "VERSION", "MiB", "Comparison", "GateError", "GateResult", "Snapshot", "Tolerance", "compare",
+__all__ = ["FORMAT", "VERSION", "MiB", "Comparison", "GateError", "GateResult", "Snapshot", "Tolerance", "check_outputs", "compare",
            "format_markdown", "format_table", "parse_bytes", "parse_tolerance", "point_label", "read_baseline",
            "read_run", "result_to_json", "run_gate", "update_baseline"]
 
@@ -82,7 +82,7 @@ def _write_json(doc: dict, json_file: Optional[str | Path]) -> None:
         _write(json_file, units.strict_json(doc, indent=2) + "\n", what="--json-out file")
 
 
-def _check_outputs(markdown_file: Optional[str | Path], json_file: Optional[str | Path]) -> None:
+def check_outputs(markdown_file: Optional[str | Path], json_file: Optional[str | Path]) -> None:
     """GateError, before any comparison is printed, for a --markdown or --json-out file that
     could not be written: a folder, a folder that does not exist, a name too long, a read-only place."""
     for path, what in ((markdown_file, "--markdown file"), (json_file, "--json-out file")):
@@ -122,7 +122,7 @@ def run_gate(baseline: str | Path, run_dir: str | Path, tolerance_pct: float | s
                 f"scenario {doc['scenario'].get('name')!r}, {doc['device']} {doc['device_name']}".rstrip()
                 + (f"; {skipped} invalid record(s) skipped (--skip-invalid)" if skipped else ""))
             return 0
-        _check_outputs(markdown_file, json_file)  # refused before the table: no PASS printed, then an error
+        check_outputs(markdown_file, json_file)  # refused before the table: no PASS printed, then an error
         result = compare(baseline, run_dir, parse_tolerance(tolerance_pct), parse_bytes(abs_tolerance_bytes),
                          allow_missing, skip_invalid)
         out(format_table(result).rstrip("\n"))

@@ -23,6 +23,8 @@ import sys
 from pathlib import Path
 from typing import Callable, Optional
 
+from attnprof.profiler.units import printable
+
 OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
 # The folder already warned about, in the environment so that every process started after
 # the warning (forked prediction workers, a sweep's point processes) stays quiet about it.
@@ -76,7 +78,7 @@ def usable(root: Path, folder: Path, warn: Optional[Callable[[str], None]] = Non
                     f"warning: cache folder {where} is {owner}: another user could plant figures there, so "
                     f"it is neither read nor written and predictions are computed uncached (chmod go-w it, or "
                     f"{elsewhere})")
-            (warn or (lambda text: print(text, file=sys.stderr)))(line)
+            (warn or (lambda text: print(printable(text), file=sys.stderr)))(line)  # the folder's name: one line
         return False
     return True
 

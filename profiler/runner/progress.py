@@ -12,7 +12,7 @@ import sys
 import time
 from typing import Optional
 
-from attnprof.profiler.units import fmt_bytes, fmt_ms
+from attnprof.profiler.units import fmt_bytes, fmt_ms, printable
 
 LINE_CHARS = 240  # a finished point's line is cut here: a long reason must not flood a log
 
@@ -33,7 +33,8 @@ def finished_line(point, record: dict) -> str:
     detail = record.get("reason", "") if status != "ok" else (
         f"peak {fmt_bytes(record.get('measured_peak_bytes'))}, "
         f"fwd {fmt_ms(record.get('time_fwd_ms'))}, bwd {fmt_ms(record.get('time_bwd_ms'))}")
-    return f"{point_label(point)}: {status} ({record.get('point_wall_s') or 0:.1f} s) {detail}"
+    # a reason quotes an exception's message (a plug-in's, a library's): spelled out, one line
+    return printable(f"{point_label(point)}: {status} ({record.get('point_wall_s') or 0:.1f} s) {detail}")
 
 
 class Eta:

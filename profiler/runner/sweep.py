@@ -47,7 +47,7 @@ from attnprof.profiler.runner.quarantine import quarantine_invalid
 from attnprof.profiler.runner.run_folder import folder_error, locked
 from attnprof.profiler.runner.storage import (RESULTS_FILE, append_record, read_records_checked,
                                               results_size)
-from attnprof.profiler.units import fmt_bytes
+from attnprof.profiler.units import fmt_bytes, printable
 from attnprof.scenarios.scenario import Scenario
 from attnprof.profiler.runner.errors import StorageError, SweepError
 
@@ -397,4 +397,4 @@ def describe_limit(limit: Optional[int]) -> str:
 
 
 def print_stderr(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
+    print(printable(text), file=sys.stderr, flush=True)  # one line: a newline in a folder's name spelled out

@@ -38,6 +38,32 @@ def test_gate_returns_its_exit_code_and_lines(tmp_path):
     assert broken.exit_code == 2 and broken.lines[0].startswith("error: ")
 
 
+def test_gate_run_refuses_an_unwritable_output_before_it_sweeps(tmp_path, monkeypatch):
+    """gate --run SCENARIO --json-out X: X is refused before the sweep, not after it has run."""
+    from attnprof.api import reporting
+
+    monkeypatch.setattr(reporting, "_gate_sweep", lambda *a: pytest.fail("swept before refusing the output"))
+    with pytest.raises(api.UsageProblem, match="cannot write --json-out file"):
+        api.gate(tmp_path / "run", baseline=tmp_path / "b.json", run_scenario="x.toml",
+                 json_out=tmp_path / "missing" / "gate.json")
+    assert not (tmp_path / "run").exists()
+
+
+def test_gate_tells_its_table_line_by_line_to_the_cli(tmp_path):
+    """The CLI's gate prints the table as lines (a one-line echo printed it with literal \\n)."""
+    from typer.testing import CliRunner
+
+    from attnprof.cli import app
+
+    run = tmp_path / "run"
+    api.sweep(**TINY, device="cpu", out=run, progress=False, report=False)
+    baseline = tmp_path / "baseline.json"
+    assert api.gate(run, baseline=baseline, update=True).passed
+    result = CliRunner().invoke(app, ["gate", str(run), "--baseline", str(baseline)])
+    assert result.exit_code == 0 and "\\n" not in result.stdout
+    assert len(result.stdout.splitlines()) >= 4 and result.stdout.splitlines()[-1].startswith("PASS")
+
+
 def test_report_draws_a_named_timeline_point_and_refuses_a_wrong_type(tmp_path):
     from attnprof.profiler.records import PointRecord
     from attnprof.profiler.runner.storage import append_record

@@ -141,26 +141,37 @@ def test_a_probe_finds_what_permission_bits_do_not(tmp_path):
         with pytest.raises(safeio.UnwritablePath) as info:
             safeio.check_folder_writable(path, "the run folder", probe=True)
         assert str(info.value).startswith(f"cannot write the run folder {path}: ") and "\n" not in str(info.value)
-    with pytest.raises(safeio.UnwritablePath, match="cannot write --out /proc: "):
+    with pytest.raises(safeio.UnwritablePath, match="cannot write --out /proc/x.csv: "):
         safeio.check_file_writable("/proc/x.csv", "--out", probe=True)
     safeio.check_folder_writable(tmp_path / "new" / "run", "the run folder", probe=True)  # creatable: fine
     safeio.check_folder_writable(tmp_path, "the run folder", probe=True)  # and so is a folder that exists
     assert list(tmp_path.iterdir()) == []  # nothing left by either probe
 
 
-def test_a_probe_goes_through_no_link(tmp_path, monkeypatch):
-    """A linked folder is not probed (what is made there would land in the link's target)."""
+def test_a_probe_follows_a_link_the_user_named_as_the_write_would(tmp_path):
+    """A place the user named is probed where the write would land, through a link too."""
     target, link = tmp_path / "target", tmp_path / "link"
     target.mkdir()
     link.symlink_to(target)
-    made = []
-    monkeypatch.setattr(safeio.os, "mkdir", lambda *a, **k: made.append(a))
-    monkeypatch.setattr(safeio.tempfile, "mkstemp", lambda *a, **k: made.append(k) or (_ for _ in ()).throw(OSError))
-    safeio.check_folder_writable(link, "the run folder", probe=True)
     safeio.check_folder_writable(link / "run", "the run folder", probe=True)
-    assert made == []
-    safeio.check_folder_writable(target, "the run folder")  # without probe: nothing is made either
-    assert made == []
+    assert list(target.iterdir()) == []  # nothing left behind there
+    if os.path.isdir("/proc"):
+        (tmp_path / "proc").symlink_to("/proc")
+        with pytest.raises(safeio.UnwritablePath, match="nothing can be made in"):
+            safeio.check_file_writable(tmp_path / "proc" / "x.csv", "--out", probe=True)
+
+
+def test_probes_of_neighbouring_places_do_not_refuse_each_other(tmp_path):
+    """Two sweeps started together under one new folder (runs/new/a, runs/new/b): a probe that
+    made and removed the shared first folder refused the other (File exists, No such file)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def probe(i: int) -> None:
+        safeio.check_folder_writable(tmp_path / f"new{i % 5}" / f"run{i}", "the run folder", probe=True)
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(probe, range(2000)))
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_make_folder_refuses_a_link_or_a_file_in_one_line(tmp_path):

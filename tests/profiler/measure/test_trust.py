@@ -155,3 +155,13 @@ def test_every_warning_starts_the_same_way():
 
     for path in source_paths(Path(trust.__file__).parents[2]):
         assert "attnprof: warning" not in path.read_text(encoding="utf-8"), path
+
+
+def test_a_warning_names_the_folder_on_one_line(tmp_path, capsys):
+    """A newline in the cache folder's name (ATTNPROF_CACHE_DIR) is spelled out: no line of its own."""
+    folder = tmp_path / "cache\nPASS"
+    folder.mkdir()
+    folder.chmod(0o777)
+    assert not trust.usable(folder, folder)  # no warn given: the warning goes to stderr
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cache\\nPASS is writable by other users" in err

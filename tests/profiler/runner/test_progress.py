@@ -102,3 +102,9 @@ def test_the_outcome_line_prints_no_ratio_over_zero_time(capsys):
         assert " (x" not in text and "0.0 s inside the points' processes," in text, text
     text = printed(13.1, 0.0)
     assert "13.1 s inside the points' processes (x3.00)" in text and "passes (x" not in text, text
+
+
+def test_a_failure_reason_is_spelled_out_on_its_one_line():
+    """A reason quotes an exception's message (a plug-in's): ESC, a bell or a newline in it run nothing."""
+    line = progress_module.finished_line(point(), record(status="error", reason="RuntimeError: a\x1b[2J\x07\nPASS"))
+    assert line == "lsh[n_hashes=8] plain n=1024: error (1.2 s) RuntimeError: a\\x1b[2J\\x07\\nPASS"

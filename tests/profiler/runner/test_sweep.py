@@ -179,3 +179,11 @@ def test_ctrl_c_on_the_cli_keeps_points_and_resume_completes(tmp_path):
     keys = [(r["variant"], r["seq_len"]) for r in read_records(out)]
     assert len(keys) == len(set(keys)) == 10
 
+
+
+def test_a_sweep_note_is_one_line_whatever_the_folder_is_called(capsys):
+    """The quarantine note and the invalid-line warnings name the run folder: a newline in its name is spelled out."""
+    from attnprof.profiler.runner.sweep import print_stderr
+
+    print_stderr("warning: moved 1 invalid line(s) of /tmp/run\nPASS fake/results.jsonl")
+    assert capsys.readouterr().err == "warning: moved 1 invalid line(s) of /tmp/run\\nPASS fake/results.jsonl\n"
