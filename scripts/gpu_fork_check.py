@@ -11,15 +11,18 @@ ended. The steps:
 1. ``import``: torch and the worker's modules (what the warm helper imports).
 2. ``warm_up``: ``runner.preload.warm_up()``, what the helper runs today before it forks a
    worker per point.
-3. ``fake_forward``: ``fake_run.warm_fake_tensors(forward_only=True)``, the step that started
+3. ``symbolic_shapes``: ``import torch.fx.experimental.symbolic_shapes`` (sympy with it), what
+   ``torch.autograd.grad`` imports on its first call, so what a reversible point's backward
+   costs each CUDA worker (0.25-0.3 s on 2 cores, measured on torch 2.11; ``step_s`` here is
+   the GPU machine's figure). An import only, judged before the fake trace that broke the
+   first GPU's children, so that a failing ``fake_forward`` cannot leave it unjudged.
+4. ``fake_forward``: ``fake_run.warm_fake_tensors(forward_only=True)``, the step that started
    the CUDA driver on the first GPU (../shared/gpu-runs/h200-2026-12-04/call2-fork-diag.txt):
    FakeTensorMode's ``__enter__`` called ``torch._C._ensureCUDADeviceGuardSet()``, which
    attnprof's fake mode now skips (profiler/measure/quickfake.py). A child that ends ok here
    is what the helper needs to warm fake tensors on a CUDA build again (each CUDA worker
-   then no longer pays for FakeTensorMode's imports, nor a reversible point's backward for
-   sympy, which ``torch.autograd.grad`` imports through ``torch.fx.experimental.symbolic_shapes``:
-   0.25-0.3 s a worker on 2 cores, measured on torch 2.11).
-4. ``fake_backward``: the same trace with a backward. Expected to start the driver on a GPU
+   then no longer pays for FakeTensorMode's imports where its prediction was not cached).
+5. ``fake_backward``: the same trace with a backward. Expected to start the driver on a GPU
    (autograd's ``Engine::start_device_threads`` counts the devices): the helper never runs
    it, and the check shows that the thread rule sees it.
 
@@ -43,7 +46,8 @@ from pathlib import Path
 CHILD_TIMEOUT_S = 8.0  # well inside the stage's 30 s, so a hang is reported, not cut
 HELPER_STEPS = ("import", "warm_up")  # what runner/preload.py runs on a CUDA build before it forks
 # steps the helper could run on a CUDA build once a GPU shows a child forked after them working (in order)
-CANDIDATES = {"fake_forward": "a forward-only fake warm-up"}
+CANDIDATES = {"symbolic_shapes": "importing torch.fx.experimental.symbolic_shapes",
+              "fake_forward": "a forward-only fake warm-up"}
 # (no torch._dynamo step: no sweep process imports it, runner/worker.py measures under fakemode.light_dynamo)
 
 
@@ -115,7 +119,11 @@ def steps():
             warm_fake_tensors(forward_only=forward_only)
         return run
 
-    return [("import", imports), ("warm_up", warm_up), ("fake_forward", fake(True)), ("fake_backward", fake(False))]
+    def symbolic_shapes():
+        import torch.fx.experimental.symbolic_shapes  # noqa: F401  (sympy with it)
+
+    return [("import", imports), ("warm_up", warm_up), ("symbolic_shapes", symbolic_shapes),
+            ("fake_forward", fake(True)), ("fake_backward", fake(False))]
 
 
 def check(device: str) -> list[dict]:

@@ -108,12 +108,14 @@ def test_importing_torch_and_attnprof_calls_no_driver(stub_dir, tmp_path):
     assert driver_log(log) == ""
 
 
-def test_importing_dynamo_calls_no_driver(stub_dir, tmp_path):
-    """What each CUDA worker imports on its first TorchDispatchMode call (triton with it): the helper
-    may import it on a CUDA build only once a GPU also shows it (scripts/gpu_fork_check.py, "dynamo");
-    this is the part a CPU can show."""
+@pytest.mark.parametrize("module", ["torch._dynamo", "torch.fx.experimental.symbolic_shapes"])
+def test_importing_what_a_worker_would_import_calls_no_driver(stub_dir, tmp_path, module):
+    """torch._dynamo (triton with it): what every TorchDispatchMode's first call imported in each worker
+    before the worker measured under fakemode.light_dynamo; symbolic_shapes (sympy): what a reversible
+    point's torch.autograd.grad imports. The helper may import the latter on a CUDA build only once a
+    GPU also shows it (scripts/gpu_fork_check.py, "symbolic_shapes"); this is the part a CPU can show."""
     log = tmp_path / "driver.log"
-    done = under_stub(stub_dir, log, ["-c", "import os, torch._dynamo" + FORK])
+    done = under_stub(stub_dir, log, ["-c", f"import os, {module}" + FORK])
     assert done.returncode == 0, done.stderr[-3000:]
     assert driver_log(log) == "", first_call(driver_log(log))
     assert forks_made(log) == 1

@@ -34,7 +34,7 @@ def test_a_dry_run_records_every_step_and_a_child_after_each(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     doc = json.loads(out.read_text())
     assert doc["device"] == "cpu"
-    assert [r["step"] for r in doc["steps"]] == ["import", "warm_up", "fake_forward", "fake_backward"]
+    assert [r["step"] for r in doc["steps"]] == ["import", "warm_up", "symbolic_shapes", "fake_forward", "fake_backward"]
     for row in doc["steps"]:
         assert row["child"] == "ok" and row["step_error"] is None and not row["rule_wrong"]
         assert row["threads"] >= 1 and row["step_s"] >= 0
@@ -82,6 +82,16 @@ def test_a_rule_that_refuses_to_fork_after_the_helpers_steps_is_said(fork_check)
     line, _ = fork_check.headline([row("import"), row("warm_up"), row("fake_forward", error="RuntimeError: x"),
                                    row("fake_backward")], "cuda")
     assert "a forward-only fake warm-up failed itself: RuntimeError: x" in line
+
+
+def test_the_sympy_import_is_judged_even_where_the_fake_trace_breaks_the_child(fork_check):
+    """The import runs before the fake trace (the steps accumulate in one process), so the step that
+    broke the first GPU's children cannot leave it unjudged."""
+    failing = "FAIL AcceleratorError: CUDA error: initialization error"
+    line, _ = fork_check.headline([row("import"), row("warm_up"), row("symbolic_shapes"),
+                                   row("fake_forward", child=failing), row("fake_backward", child=failing)], "cuda")
+    assert "importing torch.fx.experimental.symbolic_shapes is fork-safe here" in line
+    assert "a forward-only fake warm-up is NOT fork-safe here" in line
 
 
 def test_each_candidate_step_gets_its_own_verdict(fork_check, monkeypatch):
