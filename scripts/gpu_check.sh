@@ -332,7 +332,7 @@ timeline() {
 ORDER="environment:40:environment forks:30:forks sweep:130:sweep train:90:train long:75:long compare:20:compare time:20:time_model
        models:60:models seconds:60:seconds_stage probe:60:probe steps:45:steps timeline:40:timeline
        gpu-model:70:gpu_model
-       gpu-tests:60:gpu_tests"
+       gpu-tests:80:gpu_tests"
 WANTED=" ${STAGES:-$(for e in $ORDER; do printf '%s ' "${e%%:*}"; done)} "
 for entry in $ORDER; do
     IFS=: read -r name cap fn <<< "$entry"
