@@ -38,15 +38,17 @@ def test_gate_returns_its_exit_code_and_lines(tmp_path):
     assert broken.exit_code == 2 and broken.lines[0].startswith("error: ")
 
 
-def test_gate_run_refuses_an_unwritable_output_before_it_sweeps(tmp_path, monkeypatch):
+def test_gate_run_refuses_an_unwritable_output_before_it_sweeps(tmp_path):
     """gate --run SCENARIO --json-out X: X is refused before the sweep, not after it has run."""
-    from attnprof.api import reporting
-
-    monkeypatch.setattr(reporting, "_gate_sweep", lambda *a: pytest.fail("swept before refusing the output"))
+    scenario = tmp_path / "tiny.toml"
+    scenario.write_text('name = "tiny"\nvariants = ["sdpa"]\nmodes = ["plain"]\nmin_len = 64\nmax_len = 64\n'
+                        'd_model = 32\nheads = 2\nlayers = 1\nrepeats = 1\nwarmup = 0\n')
     with pytest.raises(api.UsageProblem, match="cannot write --json-out file"):
-        api.gate(tmp_path / "run", baseline=tmp_path / "b.json", run_scenario="x.toml",
+        api.gate(tmp_path / "run", baseline=tmp_path / "b.json", run_scenario=str(scenario),
                  json_out=tmp_path / "missing" / "gate.json")
-    assert not (tmp_path / "run").exists()
+    assert not (tmp_path / "run").exists()  # nothing swept
+    api.gate(tmp_path / "run", baseline=tmp_path / "b.json", run_scenario=str(scenario), update=True)
+    assert read_records(tmp_path / "run")  # the same scenario sweeps where the output can be written
 
 
 def test_gate_tells_its_table_line_by_line_to_the_cli(tmp_path):
