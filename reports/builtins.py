@@ -5,8 +5,8 @@ label (its expected exponents, a prediction for the capacity chart) only when th
 names a built-in variant. ``package.module:Class`` labels, entry-point plug-ins and
 unknown names are never imported: their rows render from the run's own records.
 
-Which names are built in comes from the one list the CLI and the registry share
-(``scenarios/variants/catalog.builtin_names``, read from the variant files without
+Which names are built in comes from the one list the CLI, the registry and a sweep's parent
+share (``scenarios/variants/catalog.is_builtin_label``, read from the variant files without
 importing torch). A label is parsed at most once per process (``builtin_spec``): the
 scaling table and the capacity chart of every series of that label share the parse.
 """
@@ -16,25 +16,12 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Optional
 
-from attnprof.profiler.records import variant_family
-
-
-@lru_cache(maxsize=1)
-def builtin_names() -> frozenset:
-    """Names the built-in variant modules register (the catalog's list, torch-free)."""
-    from attnprof.scenarios.variants.catalog import StaticReadError, builtin_names as listed
-
-    try:
-        return frozenset(listed())
-    except StaticReadError:  # a construct the catalog cannot read (its bug): the registry's, imported
-        from attnprof.scenarios.variants.registry import builtin_variant_names
-
-        return frozenset(builtin_variant_names())
-
 
 def is_builtin(label) -> bool:
     """True when ``label`` (options aside) names a built-in variant: safe to resolve."""
-    return isinstance(label, str) and ":" not in label and variant_family(label) in builtin_names()
+    from attnprof.scenarios.variants.catalog import is_builtin_label
+
+    return is_builtin_label(label)
 
 
 def builtin_spec(label):

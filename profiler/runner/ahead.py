@@ -46,9 +46,12 @@ def predict_points(points: list[Point], device: str) -> float:
     (predict/cache.py) instead of tracing it while the GPU waits: on a CUDA build a worker pays
     for the fake-tensor imports itself (runner/preload.py), and a GPU machine's cores are
     otherwise idle. Not on a CPU sweep, where the points' own cores would do it anyway. At most
-    AHEAD_S: what is left then, its worker predicts."""
+    AHEAD_S: what is left then, its worker predicts. Built-in variants only: a plug-in's code
+    runs in its point's own process (``within`` may run these here, in the sweep's process)."""
     from attnprof.profiler.predict.pool import within
+    from attnprof.scenarios.variants.catalog import is_builtin_label
 
     started = time.perf_counter()
-    within(_predict_one, [(on_device(p, device),) for p in points if not shape_problem(p)], AHEAD_S)
+    within(_predict_one, [(on_device(p, device),) for p in points
+                          if is_builtin_label(p.variant) and not shape_problem(p)], AHEAD_S)
     return time.perf_counter() - started

@@ -77,6 +77,30 @@ def rates_for_point(settings: dict, point: Point):
     return None
 
 
+def add_prediction(record, point: Point, settings) -> None:
+    """A record the sweep's process writes itself (a point not run, or one whose worker left
+    none): the point's prediction, as the device runs it (issue 24). Built-in variants only: a
+    plug-in's code runs in its point's own process, never in the process that holds every
+    point's results (a plug-in that segfaults under fake tensors took the whole sweep down)."""
+    from attnprof.profiler.measure.device_kernels import on_device
+    from attnprof.profiler.predict.fake_run import predict
+    from attnprof.profiler.runner.failures import failure_reason
+    from attnprof.scenarios.plan import shape_problem
+    from attnprof.scenarios.variants.catalog import is_builtin_label
+
+    if not is_builtin_label(point.variant) or shape_problem(point):
+        return
+    try:
+        acc = predict(on_device(point, settings.device))
+    except Exception as exc:  # noqa: BLE001 - a shape a variant refuses under fake tensors
+        record.reason += f"; no prediction either: {failure_reason(exc)}"
+        return
+    record.predicted_peak_bytes, record.predicted_breakdown_bytes = acc.peak_bytes, acc.breakdown_bytes
+    record.predicted_peak_op, record.predicted_peak_pass = acc.peak_op, acc.peak_pass  # issue 24: peak split
+    record.flops_fwd, record.flops_bwd = acc.flops_fwd, acc.flops_bwd
+    add_time_fields(record, point, acc.op_costs, settings.for_child())
+
+
 def add_time_fields(record, point: Point, op_costs: list, settings: dict) -> None:
     """Set a record's predicted_time_fwd_ms / _bwd_ms by the model the sweep chose."""
     from attnprof.profiler.timemodel.fields import time_fields
@@ -87,13 +111,17 @@ def add_time_fields(record, point: Point, op_costs: list, settings: dict) -> Non
 
 def predicted_step_ms(point: Point, settings: dict) -> Optional[float]:
     """The model's forward + backward ms of ``point`` (its prediction is cached on disk, so
-    the worker that measures it later reads it back), or None."""
+    the worker that measures it later reads it back), or None. None for a plug-in: its code
+    runs in its point's own process only, where a crash or a hang costs that point alone
+    (here it took the sweep down: a segfaulting plug-in, or one that sleeps past
+    --point-timeout before its worker has started)."""
     from attnprof.profiler.measure.device_kernels import on_device
     from attnprof.profiler.predict.fake_run import predict
     from attnprof.profiler.timemodel.fields import point_time
+    from attnprof.scenarios.variants.catalog import is_builtin_label
 
     rates = rates_for_point(settings, point)
-    if rates is None:
+    if rates is None or not is_builtin_label(point.variant):
         return None
     try:
         t = point_time(point, predict(on_device(point, settings.get("device", "cpu"))).op_costs, rates)

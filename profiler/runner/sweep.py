@@ -31,17 +31,15 @@ from typing import Callable, Optional
 
 from attnprof.profiler import safeio
 from attnprof.profiler.forks import usable_cores
-from attnprof.profiler.measure.device_kernels import on_device
-from attnprof.profiler.predict.fake_run import predict
 from attnprof.profiler.runner.ahead import predict_ahead
 from attnprof.profiler.runner.executors import EXECUTORS, Executor, make_executor
-from attnprof.profiler.runner.failures import LOG_KEYS, failure_reason, write_log
+from attnprof.profiler.runner.failures import LOG_KEYS, write_log
 from attnprof.profiler.runner.interrupts import Interrupted, Interrupts
 from attnprof.profiler.runner.isolation import PointRunner
 from attnprof.profiler.runner.manifest import check_manifest_readable, check_resumable, write_manifest
 from attnprof.scenarios.plan import series, shape_problem
 from attnprof.profiler.records import Point, PointRecord, key_of_record
-from attnprof.profiler.runner.estimate import PREDICTED_TIMEOUT_MARGIN, add_time_fields
+from attnprof.profiler.runner.estimate import PREDICTED_TIMEOUT_MARGIN, add_prediction
 from attnprof.profiler.runner.progress import Progress
 from attnprof.profiler.runner.quarantine import quarantine_invalid
 from attnprof.profiler.runner.run_folder import folder_error, locked
@@ -145,16 +143,7 @@ def _skipped(point: Point, settings: SweepSettings, reason: str, status: str = "
     for name, value in where.items():
         if value not in (None, "") and hasattr(record, name):
             setattr(record, name, value)
-    if not shape_problem(point):
-        try:
-            acc = predict(on_device(point, settings.device))  # issue 24: the step as the device runs it
-        except Exception as exc:  # noqa: BLE001 - e.g. a plug-in that breaks under fake tensors
-            record.reason += f"; no prediction either: {failure_reason(exc)}"
-            return record
-        record.predicted_peak_bytes, record.predicted_breakdown_bytes = acc.peak_bytes, acc.breakdown_bytes
-        record.predicted_peak_op, record.predicted_peak_pass = acc.peak_op, acc.peak_pass  # issue 24: peak split
-        record.flops_fwd, record.flops_bwd = acc.flops_fwd, acc.flops_bwd
-        add_time_fields(record, point, acc.op_costs, settings.for_child())
+    add_prediction(record, point, settings)
     return record
 
 

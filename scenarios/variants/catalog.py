@@ -124,6 +124,26 @@ def builtin_names() -> tuple:
     return tuple(v.name for v in builtin_variants())
 
 
+def is_builtin_label(label) -> bool:
+    """True when ``label`` (options aside) names a built-in variant: code attnprof ships, safe
+    to run in a process that holds other points' results (a sweep's parent, a report). A
+    plug-in (``module:Class``, an entry point) or an unknown name is False: its code runs in a
+    point's own process only. Never imports what the label names."""
+    if not isinstance(label, str) or ":" in label:
+        return False
+    return (label.split("[", 1)[0].strip() or label) in _builtin_name_set()
+
+
+@lru_cache(maxsize=1)
+def _builtin_name_set() -> frozenset:
+    try:
+        return frozenset(builtin_names())
+    except StaticReadError:  # a construct this reader cannot evaluate (its bug): the registry's, imported
+        from attnprof.scenarios.variants.registry import builtin_variant_names
+
+        return frozenset(builtin_variant_names())
+
+
 def names() -> list[str]:
     return [v.name for v in variants()]
 

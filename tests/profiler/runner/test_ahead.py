@@ -66,3 +66,19 @@ def test_nothing_is_predicted_ahead_where_no_prediction_can_be_kept(monkeypatch,
     with off:
         assert ahead.predict_ahead(plan, {}, settings) == 0.0
     assert len(called) == 1
+
+
+def test_a_plugins_points_are_left_to_their_workers(monkeypatch):
+    """A plug-in's code runs in its point's own process only; ``within`` may run the predictions
+    in the sweep's process (a multi-threaded CUDA build), where a plug-in's crash or hang would
+    take the whole sweep with it."""
+    from attnprof.profiler.predict import pool
+    from attnprof.profiler.records import Point, Shape
+    from attnprof.profiler.runner.ahead import predict_points
+
+    asked = []
+    monkeypatch.setattr(pool, "within", lambda fn, arg_tuples, seconds: asked.extend(a[0].variant for a in arg_tuples))
+    shape = Shape(seq_len=64, d_model=32, heads=2, layers=1)
+    predict_points([Point(v, "plain", "model", shape) for v in ("sdpa", "some_plugin_module:Cls", "sliding_window[window=32]")],
+                   "cuda")
+    assert asked == ["sdpa", "sliding_window[window=32]"]

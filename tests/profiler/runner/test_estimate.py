@@ -12,7 +12,8 @@ from types import SimpleNamespace
 import pytest
 
 from attnprof.profiler.records import Point, PointRecord, Shape
-from attnprof.profiler.runner.estimate import (MEMORY_PASS_STEPS, POINT_FIXED_S, add_time_fields, interpolate_s,
+from attnprof.profiler.runner.estimate import (MEMORY_PASS_STEPS, POINT_FIXED_S, add_prediction, add_time_fields,
+                                               interpolate_s,
                                                point_seconds, predicted_step_ms, rates_for_point,
                                                time_model_settings, timing_threads)
 
@@ -42,6 +43,21 @@ def test_a_cpu_sweep_calibrates_once_and_its_workers_get_the_rates():
     assert record.predicted_time_fwd_ms > 0 and record.predicted_time_bwd_ms > 0
     step_ms = predicted_step_ms(POINT, chosen)
     assert step_ms == pytest.approx(record.predicted_time_fwd_ms + record.predicted_time_bwd_ms, rel=1e-3)  # rounded
+
+
+def test_the_sweeps_process_predicts_built_in_variants_only():
+    """A plug-in's code runs in its point's own process (a crash there costs that point); the
+    sweep's process neither estimates its time nor predicts a record it writes for it."""
+    chosen = time_model_settings(sweep(), warn=lambda line: None)
+    plugin = Point("no_such_module_for_test:Cls", "plain", "model", POINT.shape)
+    assert predicted_step_ms(plugin, chosen) is None and predicted_step_ms(POINT, chosen) is not None
+    settings = SimpleNamespace(device="cpu", for_child=lambda: chosen)
+    for point in (plugin, POINT):
+        record = PointRecord.for_point(point)
+        record.reason = "skipped: why"
+        add_prediction(record, point, settings)
+        assert record.reason == "skipped: why"
+        assert (record.predicted_peak_bytes is None) is (point is plugin)
 
 
 def test_a_known_gpu_is_costed_on_its_table_entry_and_an_unknown_one_not_at_all():

@@ -323,6 +323,41 @@ def test_resume_quarantines_invalid_lines_imports_nothing_and_completes(finished
     assert json.loads((out / "manifest.json").read_text())["scenario"]["variants"] == ["sdpa"]
 
 
+CRASHING = '''import os, signal
+from attnprof.scenarios.variants.full import FullAttention
+
+
+class Crash(FullAttention):
+    def core(self, q, k, v):
+        with open({marker!r}, "a") as f:
+            f.write(f"{{os.getpid()}}\\n")
+        os.kill(os.getpid(), signal.SIGSEGV)
+'''
+
+
+def test_a_plugin_that_segfaults_costs_its_own_points_only_and_never_runs_in_the_sweeps_process(tmp_path):
+    """A plug-in's code runs in its point's process only: the sweep's own predictions (the ETA,
+    a record it writes for a point whose worker died) are for built-in variants. Before, the
+    sweep predicted the plug-in's point itself, and died with it (exit 139, sdpa's points lost)."""
+    (tmp_path / "plugins").mkdir()
+    marker = tmp_path / "ran_in.txt"
+    (tmp_path / "plugins" / "crash_plugin_for_test.py").write_text(CRASHING.format(marker=str(marker)))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "plugins"), os.environ.get("PYTHONPATH", "")]),
+           "ATTNPROF_TEST_HOOK": ""}
+    out = tmp_path / "run"
+    proc = subprocess.Popen(sweep_cmd(out, 128, "--variant", "crash_plugin_for_test:Crash"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    _, stderr = proc.communicate(timeout=240)
+    assert proc.returncode == 0, stderr
+    assert "Traceback" not in stderr
+    ran_in = {int(line) for line in marker.read_text().split()}
+    assert ran_in and proc.pid not in ran_in  # the plug-in ran, in its points' processes only
+    records = valid_file(out / RESULTS_FILE)
+    assert sorted(r["seq_len"] for r in records if r["variant"] == "sdpa" and r["status"] == "ok") == [64, 128]
+    crashed = [r for r in records if r["variant"] == "crash_plugin_for_test:Crash"]
+    assert crashed and all(r["status"] == "crashed" and "SIGSEGV" in r["reason"] for r in crashed)
+
+
 def test_infinite_or_nan_point_timeout_is_one_line_exit_2(tmp_path):
     for value in ("inf", "nan"):
         done = run(sweep_cmd(tmp_path / "run", 64, "--point-timeout", value), timeout=60)
