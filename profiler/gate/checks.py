@@ -11,13 +11,14 @@ import math
 from dataclasses import MISSING, fields
 
 from attnprof.profiler.records import STATUSES, PointRecord, Shape
+from attnprof.profiler.units import INT64_MAX
 
-MAX_INT = (1 << 63) - 1  # a count beyond int64 is corrupt data (and overflows pandas and floats)
+MAX_INT = INT64_MAX  # a count beyond int64 is corrupt data (and overflows pandas and floats); runner/schema too
 _FIELDS = {f.name: f for f in fields(PointRecord)}
 # shape sizes: > 0; a later field of kind "amount" (records.later: 0 = off, e.g. ffn_dim, vocab) may be 0
 _POSITIVE = {f.name for f in fields(Shape) if f.metadata.get("kind") != "amount"} | {"head_dim"}
 ALWAYS = ("status",)  # has a default in PointRecord, but a record without one must not pass as "ok"
-_KINDS = {"int": "an integer", "float": "a finite number", "str": "a string", "bool": "true or false"}
+_KINDS = {"int": "an integer", "float": "a finite number from 0 to 2**63 - 1", "str": "a string", "bool": "true or false"}
 
 
 def _kind(name: str) -> tuple[str, bool]:
@@ -40,7 +41,7 @@ def _fits(kind: str, value, positive: bool) -> bool:
     if kind == "int":
         return isinstance(value, int) and (1 if positive else 0) <= value <= MAX_INT
     if kind == "float":
-        return isinstance(value, (int, float)) and math.isfinite(value) and abs(value) <= MAX_INT
+        return isinstance(value, (int, float)) and math.isfinite(value) and 0 <= value <= MAX_INT  # as runner/schema
     if kind == "str":
         return isinstance(value, str)
     return True  # dicts and lists: not read by the gate or the report

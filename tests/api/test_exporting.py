@@ -90,7 +90,7 @@ def test_a_non_finite_figure_is_an_invalid_record(run):
     lines = []
     rows = json.loads(api.export(run, format="json", log=lines.append).data)
     assert 64 not in [r["seq_len"] for r in rows]
-    assert "line 4: time_fwd_ms holds a number that is not finite" in lines[0]
+    assert "line 4: time_fwd_ms inf is not a finite number" in lines[0]
 
 
 def test_a_link_planted_at_out_is_never_written_through(run, tmp_path):

@@ -27,7 +27,9 @@ def test_an_absent_field_with_a_default_passes_but_status_is_always_required():
     ("seq_len", 0, "seq_len must be a positive integer, got 0"),
     ("measured_peak_bytes", -1, "measured_peak_bytes must be a byte count (an integer >= 0) or null, got -1"),
     ("seq_len", MAX_INT + 1, "seq_len must be a positive integer"),
-    ("time_fwd_ms", float("nan"), "time_fwd_ms must be a finite number or null"),
+    ("time_fwd_ms", float("nan"), "time_fwd_ms must be a finite number from 0 to 2**63 - 1 or null"),
+    ("time_fwd_ms", 1e308, "time_fwd_ms must be a finite number from 0 to 2**63 - 1 or null"),  # was "a finite number"
+    ("time_fwd_ms", -1.0, "time_fwd_ms must be a finite number from 0 to 2**63 - 1 or null"),
     ("forward_only", 1, "forward_only must be true or false"),
     ("variant", None, "variant is null"),
     ("status", "exploded", "unknown status 'exploded' (one of ok, "),

@@ -27,10 +27,18 @@ def test_a_line_is_utf8_json_of_a_record_within_its_length():
     assert parse_line(b"[]") == (None, "a list where a record (an object) belongs")
 
 
-def test_a_negative_or_infinite_predicted_time_is_refused():
-    for bad in (-1.0, float("inf")):
-        record, problem = check_record({**good(), "predicted_time_fwd_ms": bad})
-        assert record is None and problem.startswith("predicted_time_fwd_ms ") and "finite number >= 0" in problem
+def test_a_negative_infinite_or_beyond_int64_figure_is_refused():
+    """Every number of a record is a size, count, byte count, time, rate or pid: the bounds the
+    gate and the report check (gate/checks.py), so a line resume keeps is one they can use
+    (a measured_peak_bytes of -5 was kept by resume and then refused by the report)."""
+    for name, bad in (("predicted_time_fwd_ms", -1.0), ("predicted_time_fwd_ms", float("inf")),
+                      ("time_fwd_ms", float("nan")), ("measured_peak_bytes", -5), ("measured_peak_bytes", 2**63),
+                      ("measured_peak_bytes", 10**400), ("worker_pid", -1), ("point_wall_s", -0.5)):
+        record, problem = check_record({**good(), name: bad})
+        assert record is None and problem.startswith(f"{name} ") and "from 0 to 2**63 - 1" in problem, (name, problem)
+        assert len(problem) < 120
+    for name, fine in (("measured_peak_bytes", 0), ("measured_peak_bytes", 2**63 - 1), ("time_fwd_ms", 0.0)):
+        assert check_record({**good(), name: fine})[1] is None
 
 
 def test_a_record_without_a_status_is_refused_not_read_as_ok():
