@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence, Union
 
-from attnprof.profiler.records import MODES
+from attnprof.profiler.records import MAX_LAYERS, MODES
 
 WHAT, SHAPE, LENGTHS, MEASURE = "What to profile", "Model shape", "Sequence lengths", "Measurement"
 PANELS = (WHAT, SHAPE, LENGTHS, MEASURE)  # the order the help pages show them in
@@ -83,7 +83,7 @@ FIELDS: tuple[Field, ...] = (
     Field("head_dim", Optional[int], "channels", None, "per-head width; sets d_model = heads x head-dim",
           "--head-dim", SHAPE, refuse_upto=0, refusal="must be positive, got {value}", stored=False),
     Field("d_model", Optional[int], "channels", 256, "model width", "--d-model", SHAPE),
-    Field("layers", Optional[int], "blocks", 2, "transformer blocks", "--layers", SHAPE),
+    Field("layers", Optional[int], "blocks", 2, f"transformer blocks (at most {MAX_LAYERS:,})", "--layers", SHAPE),
     Field("dtype", Optional[str], "", "float32", "element type (default float32)", "--dtype", SHAPE, kind="text",
           show_default=False),
     Field("ff_chunks", Optional[int], "chunks", 1, "apply the feed-forward in N sequence chunks (Reformer)",

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from attnprof.errors import UserError
-from attnprof.profiler.records import (DTYPE_BYTES, DTYPES, IDENTITY_FIELDS, MODES, NO_MODE, Point, PointRecord,
-                                       Shape, ShapeError, canonical_dtype, key_of_record, step_time_ms,
+from attnprof.profiler.records import (DTYPE_BYTES, DTYPES, IDENTITY_FIELDS, MAX_LAYERS, MODES, NO_MODE, Point,
+                                       PointRecord, Shape, ShapeError, canonical_dtype, key_of_record, step_time_ms,
                                        variant_family)
 
 
@@ -29,6 +29,14 @@ def test_dtype_aliases_are_canonical_names_and_unknown_ones_are_refused():
 def test_every_size_is_a_positive_integer(field_name, value):
     with pytest.raises(ShapeError, match=f"{field_name} must be a positive integer"):
         Shape(**{field_name: value})
+
+
+def test_a_stack_deeper_than_max_layers_is_refused_in_words():
+    """A prediction composes the stack layer by layer: 10**8 layers (from a flag, a scenario, a
+    model config or a run folder's record) ran a process out of memory instead of being refused."""
+    assert Shape(layers=MAX_LAYERS).layers == MAX_LAYERS
+    with pytest.raises(ShapeError, match=f"layers must be at most {MAX_LAYERS:,}, got 100,000,000"):
+        Shape(layers=10**8)
 
 
 def test_a_shape_knows_its_head_dim_tokens_and_lengths():
