@@ -27,10 +27,15 @@ def interrupted_code() -> int:
 
 
 def one_line(exc: BaseException) -> str:
-    """An error's first line, control characters spelled out (``printable``): a message may
-    quote a file, a cache or a run folder."""
+    """An error as one line, control characters spelled out (``printable``): a message may
+    quote a file, a cache or a run folder. attnprof's own refusals (``UserError``) are one
+    line already, so a line break in them is inside a name they quote and is spelled out
+    (cutting there named another path: 'run folder not found: /tmp/r' for '/tmp/r\\nb');
+    of anything else, the first line."""
     text = str(exc).strip()
-    return printable(text.splitlines()[0]) if text else type(exc).__name__
+    if not text:
+        return type(exc).__name__
+    return printable(text if isinstance(exc, UserError) else text.splitlines()[0])
 
 
 def say(text, err: bool = False) -> None:

@@ -21,6 +21,9 @@ def test_text_from_files_reaches_the_terminal_spelled_out(capsys):
     """Issue 40, item 2: an error or a note may quote a file, a cache or a run folder; its
     escape sequences and bidi overrides are spelled out, one line stays one line."""
     assert one_line(ValueError("bad \x1b[2J name\u202e\nline 2")) == "bad \\x1b[2J name\\u202e"
+    from attnprof.errors import UserError  # attnprof's own refusal: one line whose line breaks are in a name
+
+    assert one_line(UserError("run folder not found: /tmp/r\nb\u2028c")) == "run folder not found: /tmp/r\\nb\\u2028c"
     exits.say("table\nrow \x1b[31mred\r", err=True)
     assert capsys.readouterr().err == "table\nrow \\x1b[31mred\\r\n"
     exits.say_line("report: /tmp/run\nPASS/report.html")  # a message naming a path: one line, whatever the path holds

@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import stat
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
@@ -50,8 +51,9 @@ def read_baseline(path: str | Path, skip_invalid: bool = False) -> Snapshot:
     invalid point is a GateError naming it (and its line), unless ``skip_invalid``: then
     it is left out and listed in ``Snapshot.skipped``."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise GateError(f"baseline not found: {path} (create it with: attnprof gate --update --baseline {path} RUN_DIR)")
+    _refuse_unless_a_file(path)
     try:
         raw = safeio.read_bounded(path, MAX_BASELINE_BYTES, follow=True)  # never blocks, never reads /dev/zero
     except safeio.LinkRefused:  # before ValueError: a UserError is one
@@ -135,11 +137,27 @@ def dump_baseline(doc: dict) -> str:
     return head[:-2] + ',\n  "points": [\n' + rows + "\n  ]\n}\n"
 
 
+def _refuse_unless_a_file(path: Path) -> None:
+    """A baseline is a regular file: a folder, a FIFO or a device there (/dev/zero) is neither
+    read as a missing baseline nor replaced by ``--update``."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise GateError(f"cannot read baseline {path}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(mode):
+        kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else (
+            "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
+        raise GateError(f"baseline {path} is {kind}, not a baseline file; name a file")
+
+
 def update_baseline(baseline_path: str | Path, run_dir: str | Path, skip_invalid: bool = False) -> dict:
     """Write (or refresh) the baseline from a run. Atomic: a temp file in the same folder,
     fsynced, then renamed over the old one, so a kill never leaves a truncated baseline.
     A run with an invalid record is refused unless ``skip_invalid`` (then the document's
     ``skipped_invalid`` says how many were left out)."""
+    _refuse_unless_a_file(Path(baseline_path))
     run = read_run(run_dir, skip_invalid)
     require_ok_point(run, "run")
     doc = baseline_document(run)

@@ -77,3 +77,19 @@ def test_an_invalid_point_is_named_with_its_line_unless_skipped(written):
 def test_a_missing_baseline_says_how_to_create_it(tmp_path):
     with pytest.raises(GateError, match="attnprof gate --update --baseline"):
         read_baseline(tmp_path / "nope.json")
+
+
+def test_a_folder_or_fifo_where_the_baseline_goes_is_named_and_never_replaced(tmp_path):
+    """Was 'baseline not found ... (create it with: attnprof gate --update ...)', and that command
+    replaced the FIFO (or a device node: /dev/zero as root) with a file."""
+    import os
+
+    run = make_run(tmp_path / "run")
+    fifo, folder = tmp_path / "fifo", tmp_path / "folder"
+    os.mkfifo(fifo)
+    folder.mkdir()
+    for path, kind in ((fifo, "a FIFO"), (folder, "a folder")):
+        for call in (lambda: read_baseline(path), lambda: update_baseline(path, run)):
+            with pytest.raises(GateError, match=f"baseline {path} is {kind}, not a baseline file"):
+                call()
+    assert stat.S_ISFIFO(fifo.lstat().st_mode) and folder.is_dir() and not any(folder.iterdir())
