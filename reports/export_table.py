@@ -116,8 +116,10 @@ def _csv_cell(value) -> str:
 
 
 def _unsafe(ch: str) -> bool:
-    """A control character, a lone surrogate or a bidi control (it reorders what a reader sees)."""
-    return unicodedata.category(ch) in ("Cc", "Cs") or ch in BIDI_CONTROLS
+    """A control character, a lone surrogate, a line or paragraph separator (U+2028, U+2029:
+    line breaks to Python's splitlines and to editors, so they split a row) or a bidi control
+    (it reorders what a reader sees)."""
+    return unicodedata.category(ch) in ("Cc", "Cs", "Zl", "Zp") or ch in BIDI_CONTROLS
 
 
 BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")

@@ -33,6 +33,7 @@ from attnprof.profiler.failure_text import (MAX_LOG_CHARS, MESSAGE_CHARS, failur
                                            full_traceback, innermost_frame, ours)
 from attnprof.profiler.records import Point, PointRecord
 from attnprof.profiler.runner.storage import LOGS_DIR
+from attnprof.profiler.units import printable
 from attnprof.profiler.timeline.files import file_name
 
 LOG_SUFFIX = ".log"
@@ -76,7 +77,9 @@ def write_log(run_dir: Path, point: Point, row: dict) -> dict:
     header = f"point: {point.key_text()}\nstatus: {row.get('status')}\nreason: {row.get('reason', '')}\n\n"
     try:
         safeio.make_folder(path.parent)
-        safeio.write_atomic(path, (header + text).encode("utf-8", "backslashreplace"))
+        # line by line, every control character spelled out (an ESC from a plug-in's message: `cat` must not run it)
+        lines = "\n".join(printable(line) for line in (header + text).split("\n"))
+        safeio.write_atomic(path, lines.encode("utf-8", "backslashreplace"))
     except (OSError, UserError) as exc:  # safeio: LinkRefused, UnwritablePath
         problem = getattr(exc, "strerror", None) or first_line(exc) or type(exc).__name__
         row["reason"] = "; ".join(filter(None, (row.get("reason"), f"traceback not kept: {problem}")))

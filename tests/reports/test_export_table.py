@@ -95,6 +95,11 @@ def test_csv_spells_out_control_characters_and_lone_surrogates():
     recs[1]["variant"] = "caf\u00e9 a\u00a0b \U0001f469\u200d\U0001f52c \u202eevil"  # legitimate text kept, bidi spelled out
     row = list(csv.DictReader(io.StringIO(export_table.to_csv(recs).decode("utf-8"))))[1]
     assert row["variant"] == "caf\u00e9 a\u00a0b \U0001f469\u200d\U0001f52c \\u202eevil"
+    recs[1]["reason"] = "a\u2028b\u2029c"  # line and paragraph separators: a row split in two by splitlines
+    data = export_table.to_csv(recs)
+    assert "\u2028".encode() not in data and "\u2029".encode() not in data
+    assert len(data.decode("utf-8").splitlines()) == 3
+    assert list(csv.DictReader(io.StringIO(data.decode("utf-8"))))[1]["reason"] == "a\\u2028b\\u2029c"
 
 
 def test_non_finite_is_named():

@@ -54,6 +54,16 @@ def test_the_log_goes_into_the_run_folder_and_the_record_names_it(tmp_path):
     assert log_path(tmp_path, POINT) == tmp_path / out["error_log"]
 
 
+def test_the_log_spells_out_control_characters_of_the_reason_and_the_traceback(tmp_path):
+    """`cat RUN/logs/X.log` must not run a plug-in's escape sequence (results.jsonl and the
+    terminal spell it out already); the log's own line breaks stay."""
+    row = {**PointRecord(**POINT.identity(), status="error", reason="RuntimeError: boom \x1b[31mRED").to_row(),
+           TRACEBACK_KEY: "Traceback (most recent call last):\n  RuntimeError: boom \x1b[31mRED\r\n"}
+    data = (tmp_path / write_log(tmp_path, POINT, row)["error_log"]).read_bytes()
+    assert b"\x1b" not in data and b"\r" not in data
+    assert data.count(b"boom \\x1b[31mRED") == 2 and b"\nreason: " in data
+
+
 def test_an_ok_row_gets_no_log_and_loses_any_stray_traceback(tmp_path):
     row = {**PointRecord(**POINT.identity()).to_row(), TRACEBACK_KEY: "nothing"}
     out = write_log(tmp_path, POINT, row)
