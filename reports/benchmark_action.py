@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from attnprof.profiler.gate.snapshot import point_label
 from attnprof.profiler.records import PointRecord, step_time_ms
-from attnprof.profiler.units import printable, strict_json
+from attnprof.profiler.units import fmt_ms, printable, strict_json
 
 # Shape fields every name carries (point_label has variant, mode, length, batch and the later
 # fields), and those it carries only away from their default, so today's names stay short.
@@ -49,7 +49,7 @@ def point_name(record: dict) -> str:
 
 
 def _ms(value) -> str:
-    return f"{value:.4g} ms"
+    return fmt_ms(value)  # the one way a time is printed (units.py), as the gate and the report show it
 
 
 def entries(records: list[dict]) -> list[dict]:

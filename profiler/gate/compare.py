@@ -42,7 +42,7 @@ class Comparison:
     current: Any
     verdict: str  # one of VERDICTS
     change_pct: Optional[float] = None  # (current - baseline) / baseline * 100
-    margin_bytes: Optional[float] = None  # growth allowed: max(baseline * tol, abs_tol)
+    margin_bytes: Optional[int] = None  # whole bytes of growth allowed: max(baseline * tol, abs_tol), floored
     method: str = ""  # measured_by, for measured figures
     note: str = ""
 

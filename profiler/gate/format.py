@@ -69,7 +69,7 @@ def detail(c) -> str:
                 f"{value_text(c.figure, c.current)} ({c.note})")
     change = "" if c.change_pct is None else f"{fmt_pct(c.change_pct)}, "
     return (f"{c.label}: {figure_text(c)} {fmt_bytes(c.baseline)} -> {fmt_bytes(c.current)} "
-            f"({change}{c.baseline} -> {c.current} bytes; allowed margin {fmt_bytes(round(c.margin_bytes))})")
+            f"({change}{c.baseline} -> {c.current} bytes; allowed margin {fmt_bytes(c.margin_bytes)})")
 
 
 def update_hint(result: GateResult) -> str:

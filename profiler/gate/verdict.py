@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Optional
 
 from attnprof.profiler.gate.errors import GateError
@@ -37,9 +38,12 @@ class Tolerance:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
                 raise GateError(f"{name} must be a finite number >= 0, got {value!r}")
 
-    def margin(self, baseline: float) -> float:
-        """Bytes a figure of ``baseline`` bytes may grow (or shrink) and still be 'ok'."""
-        return max(abs(baseline) * self.pct / 100.0, float(self.abs_bytes))
+    def margin(self, baseline: int) -> int:
+        """Whole bytes a figure of ``baseline`` bytes may grow (or shrink) and still be 'ok':
+        exact (rational arithmetic, then the floor: a byte count grows by whole bytes, so the
+        verdict is the same), never a float that rounds a 2**62-byte baseline's margin to 64 B."""
+        share = Fraction(abs(baseline)) * Fraction(self.pct) / 100
+        return max(math.floor(share), math.floor(self.abs_bytes))
 
     def describe(self) -> str:
         return f"{self.pct:g}% or {fmt_bytes(self.abs_bytes)}, whichever is larger"

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from attnprof.profiler.timeline.plain_pickle import SnapshotRefused
-from attnprof.profiler.units import fmt_bytes, printable
+from attnprof.profiler.units import INT64_MAX, fmt_bytes, printable
 
 COMPARED = ("alloc", "free_completed")
 
@@ -67,8 +67,13 @@ def _describe(entry: Optional[dict]) -> str:
 
 
 def _int(value, what: str) -> int:
+    """A byte count of the snapshot: an int from 0 to 2**63 - 1, as the allocator's are (a
+    401-digit size ended in an OverflowError traceback; a negative one printed as a peak)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise SnapshotRefused(f"not a memory snapshot: {what} is {type(value).__name__}, not an integer")
+    if not 0 <= value <= INT64_MAX:
+        shown = str(value) if len(str(value)) <= 24 else f"an integer of {len(str(value))} digits"
+        raise SnapshotRefused(f"not a memory snapshot: {what} is {shown}, not a byte count from 0 to 2**63 - 1")
     return value
 
 

@@ -65,6 +65,13 @@ def test_gpu_figures_are_entries_too():
     assert names[f"{base}: step time"]["range"].startswith("IQR")
 
 
+def test_the_times_in_words_are_printed_as_everywhere_else():
+    """units.fmt_ms, as the gate and the report print them (was '1.235e+04 ms' for 12.3 s)."""
+    r = dict(synthetic_record("sdpa", "plain", 512).to_row(), time_fwd_ms=12345.6, time_bwd_ms=23.45678)
+    [step] = [e for e in entries([r]) if e["name"].endswith("step time")]
+    assert step["extra"].startswith("forward 12.3 s, backward 23.5 ms,")
+
+
 def test_names_are_stable_across_runs_and_carry_every_identity_field():
     alone = point_name(synthetic_record("sdpa", "plain", 512).to_row())
     among = [point_name(r) for r in rows(ci_records())]

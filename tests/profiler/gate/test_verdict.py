@@ -22,6 +22,14 @@ def test_the_margin_is_the_larger_of_the_percentage_and_the_floor():
     assert tol.describe() == "2% or 64.00 KiB, whichever is larger"
 
 
+def test_the_margin_is_whole_bytes_exact_at_any_size():
+    """--json-out's margin_bytes is a byte count: an int, exact where a float rounds (2% of
+    2**62 + 50 bytes is 92233720368547759.0 in floats, 92233720368547759 exactly)."""
+    tol = Tolerance(pct=2.0, abs_bytes=0)
+    assert tol.margin(2**62 + 50) == (2**62 + 50) * 2 // 100 and isinstance(tol.margin(2**62 + 50), int)
+    assert tol.margin(101) == 2 and Tolerance(pct=0.0, abs_bytes=64.9).margin(10) == 64
+
+
 @pytest.mark.parametrize("current, verdict", [(100 * MIB + 2 * MIB, "ok"), (100 * MIB + 2 * MIB + 1, "regression"),
                                               (100 * MIB - 2 * MIB, "ok"), (100 * MIB - 2 * MIB - 1, "improved")])
 def test_memory_beyond_the_margin_either_way_is_a_verdict(current, verdict):

@@ -40,3 +40,20 @@ def test_a_trace_that_starts_late_is_replayed_from_the_state_it_started_in(small
     assert summarise(late).allocated_peak_bytes == whole.allocated_peak_bytes
     shorter = compare(snap, late)
     assert shorter.first_difference is not None
+
+
+def test_a_size_beyond_int64_or_below_zero_is_refused_in_one_line():
+    """A 401-digit size ended in an OverflowError traceback when printed; a negative one printed
+    as 'allocated peak -5 GiB'. A snapshot's sizes are the allocator's int64 byte counts."""
+    import pytest
+
+    from attnprof.profiler.timeline.plain_pickle import SnapshotRefused
+
+    def snap(size):
+        return {"segments": [], "device_traces": [[{"action": "alloc", "size": size, "frames": []},
+                                                    {"action": "free_completed", "size": size, "frames": []}]]}
+
+    assert summarise(snap(2**63 - 1)) is not None
+    for size, shown in ((10**400, "an integer of 401 digits"), (-5 * 2**30, "-5368709120"), (2**63, str(2**63))):
+        with pytest.raises(SnapshotRefused, match=f"an entry's size is {shown}, not a byte count from 0 to 2"):
+            summarise(snap(size))
