@@ -24,6 +24,7 @@ DTYPE_BYTES = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}
 # --- issue 24: block options ---
 MLPS = ("gelu", "swiglu")  # the feed-forward: GELU MLP (Vaswani 2017; GPT-2) | SwiGLU (Shazeer 2020; Llama)
 NORMS = ("layernorm", "rmsnorm")  # every norm of the stack: LayerNorm (Ba 2016) | RMSNorm (Zhang & Sennrich 2019)
+MAX_LAYERS = 10_000  # 10x DeepNet's 1,000 (arXiv 2203.00555): predict composes layer by layer; 10**8 ran out of RAM
 
 
 class ShapeError(UserError):
@@ -74,21 +75,13 @@ OPTIMIZER_IMPLS = ("", "foreach", "fused", "forloop")  # "": torch's default on 
 KERNELS = ("", "cuda")  # Point.kernels (issue 39)
 
 
-# The deepest stack a point may have: ten times the deepest transformer trained (DeepNet, 1,000
-# layers: Wang et al. 2022, arXiv 2203.00555). A prediction composes the stack layer by layer
-# (predict/compose.py), so its time and memory grow with the depth: 100,000 layers took 6 s and
-# 0.5 GiB, and 10**8 layers from a scenario, a model config or a run folder ran a process out of
-# 24 GiB instead of being refused.
-MAX_LAYERS = 10_000
-
-
 @dataclass(frozen=True)
 class Shape:
     seq_len: int = 1024  # tokens per sequence (n)
     batch: int = 1  # sequences per step
     d_model: int = 256  # model width; head_dim = d_model // heads
     heads: int = 4  # attention heads (h)
-    layers: int = field(default=1, metadata={"most": MAX_LAYERS})  # transformer blocks (L); scope `attention` ignores it
+    layers: int = field(default=1, metadata={"most": MAX_LAYERS})  # blocks (L); scope `attention` ignores it
     dtype: str = "float32"  # one of DTYPES
     ff_mult: int = 4  # d_ff = ff_mult * d_model (Vaswani 2017)
     ff_chunks: int = 1  # >1: feed-forward applied in sequence chunks (Reformer §3)
@@ -178,10 +171,7 @@ def _field_problem(f, value) -> Optional[str]:
         return None if isinstance(value, bool) else f"must be true or false, got {value!r}"
     if not isinstance(value, int) or isinstance(value, bool) or value < (0 if kind == "amount" else 1):
         return f"must be {'an integer >= 0' if kind == 'amount' else 'a positive integer'}, got {value!r}"
-    most = f.metadata.get("most")
-    if most is not None and value > most:
-        return f"must be at most {most:,}, got {value:,}"
-    return None
+    return f"must be at most {f.metadata['most']:,}, got {value:,}" if value > f.metadata.get("most", value) else None
 
 
 # --- the point ----------------------------------------------------------------------------

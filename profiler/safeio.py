@@ -11,7 +11,8 @@ through this module instead:
 - ``open_append`` and ``open_lock``: O_NOFOLLOW | O_NONBLOCK, and the file must be a
   regular file with one name (a hard link to a file outside would be written through);
 - ``read_bounded``: a render cache read without following a link, without blocking on a
-  FIFO and without reading more than a bound.
+  FIFO and without reading more than a bound;
+- ``move_aside``: a file attnprof cannot read back is renamed beside itself, never deleted.
 
 A refused link is ``LinkRefused``: a ``UserError`` (one line, exit 2), never an OSError,
 so no caller's "the folder is read-only, carry on" handler can swallow it. Storage checks
@@ -89,6 +90,31 @@ def make_folder(folder: Path, *, parents: bool = False) -> Path:
     if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
         raise _refuse(folder, "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a folder")
     return folder
+
+
+ASIDE = ".unreadable-"  # the mark of a file moved aside (``move_aside``)
+
+
+def move_aside(path: Path) -> Path:
+    """Give ``path`` (a file attnprof wrote but cannot read back: a cache entry, a render cache)
+    a name of its own beside it, ``NAME.unreadable-<UTC time>-<pid>[-k]``, and return it: kept
+    byte for byte for the user to look at, never deleted, never overwritten. A hard link to the
+    new name, then the old name removed, so no other file is ever replaced (a rename would
+    clobber a name made meanwhile); a link at ``path`` is moved as a link, never followed.
+    OSError when it cannot be done (the caller then leaves the file where it is)."""
+    import time
+
+    path = Path(path)
+    stem = f"{path.name}{ASIDE}{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{os.getpid()}"
+    for k in range(100):
+        target = path.with_name(stem + (f"-{k}" if k else ""))
+        try:
+            os.link(path, target, follow_symlinks=False)
+        except FileExistsError:
+            continue
+        os.unlink(path)
+        return target
+    raise OSError(errno.EEXIST, f"no free name beside {path}")
 
 
 def write_atomic(path: Path, data: bytes, *, mode: int = 0o644, durable: bool = False) -> None:

@@ -161,4 +161,14 @@ def write(run_dir: Path | None, name: str, cache: dict, force: bool = False) -> 
 
 
 def warning(run_dir: Path, name: str, problem: str) -> str:
-    return f"warning: {Path(run_dir) / name}: {problem}; ignored, and the file rewritten without it"
+    """The one line for a cache file with ``problem``, which is first renamed beside itself
+    (safeio.move_aside: ``NAME.unreadable-...``), so the file written next never destroys what
+    could not be read; where it cannot be moved, the line says so and it is rewritten."""
+    path = Path(run_dir) / name
+    try:
+        kept = f"kept as {safeio.move_aside(path).name}"
+    except FileNotFoundError:
+        kept = "it is gone"
+    except OSError as exc:
+        kept = f"it could not be moved aside ({exc.strerror or exc})"
+    return f"warning: {path}: {problem}; ignored ({kept}), and a new file written without it"

@@ -34,7 +34,8 @@ WARNED_ENV = "ATTNPROF_CACHE_WARNED"
 def folder_problem(folder: Path) -> Optional[str]:
     """Why ``folder`` must not be trusted, or None: also when it does not exist yet (it
     will be created private) or cannot be reached at all (then reading and writing fail on
-    their own, with their own warning). Symbolic links are followed: the target is judged."""
+    their own, with their own warning). Symbolic links are followed: the target is judged (``usable``
+    refuses a link below the cache's root before that)."""
     try:
         info = os.stat(folder)
     except OSError:
@@ -67,6 +68,8 @@ def usable(root: Path, folder: Path, warn: Optional[Callable[[str], None]] = Non
     folder), once per folder: an unusable root is said once for every cache below it."""
     for where in dict.fromkeys((Path(root), Path(folder))):
         shape, owner = not_a_folder(where), None
+        if where != Path(root) and os.path.islink(where):  # the root is the user's choice; a link below it is not
+            shape = "a symbolic link (a folder inside the cache is never followed: entries would be written elsewhere)"
         if shape is None:
             owner = folder_problem(where)
             if owner is None:

@@ -12,7 +12,8 @@ file's content as well; one whose file cannot be read is not cached.
 An entry is trusted only when it is one: valid JSON with exactly the expected fields, its
 key equal to the one asked for (a file from another key, version or machine is
 foreign), its checksum right and every figure of the right type. Anything else is
-ignored and rewritten. A cache folder that cannot be written costs one warning line on
+moved aside (``NAME.unreadable-...`` beside it, one warning line) and predicted again: never
+overwritten, never deleted. A cache folder that cannot be written costs one warning line on
 stderr per process, never the prediction; so does one that is not the user's own
 (trust.py: owned by another uid, or writable by others), which is then neither read nor
 written, since a checksum cannot tell who wrote an entry (docs/accounting.md). Entries are written to a temporary file and
@@ -37,6 +38,7 @@ from typing import Optional
 from attnprof.profiler.measure import trust
 from attnprof.profiler.measure.cache_folder import ENV, cache_dir, trusted, write_atomically
 from attnprof.profiler.records import Point
+from attnprof.profiler.units import printable
 
 SCHEMA = 2  # bump when the entry's layout or meaning changes
 FIELDS = ("peak_bytes", "breakdown_bytes", "largest_at_peak", "flops_fwd", "flops_bwd", "method", "op_costs",
@@ -160,7 +162,8 @@ def checksum(key: dict, value: dict) -> str:
 # --- reading and writing ------------------------------------------------------------------
 def load(point: Point) -> Optional[dict]:
     """The cached figures of a point (a dict of FIELDS), or None: no entry, caching off, or
-    an entry that is not trustworthy (it will be rewritten)."""
+    an entry that is not trustworthy. An entry of the user's own that cannot be read back
+    (damaged, edited, of the wrong shape) is moved aside, never overwritten (``_set_aside``)."""
     if not _enabled:
         return None
     try:
@@ -171,19 +174,47 @@ def load(point: Point) -> Optional[dict]:
         if not trusted(path.parent):
             return None
         text = trust.read_entry(path)
-        if text is None:  # not this user's own file: never trusted, rewritten below by store
-            return None
-        data = json.loads(text)
-    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
+    except FileNotFoundError:
         return None
+    except (OSError, UnicodeDecodeError) as exc:
+        return _set_aside(path, "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else exc.strerror or str(exc))
     except Exception:  # noqa: BLE001 - a plug-in whose class cannot be resolved: no cache
         return None
-    if not (isinstance(data, dict) and set(data) == {"key", "value", "checksum"} and data["key"] == key):
+    if text is None:  # not this user's own file (or a link): never trusted, never moved
         return None
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return _set_aside(path, "not valid JSON")
+    if not (isinstance(data, dict) and set(data) == {"key", "value", "checksum"} and data["key"] == key):
+        return _set_aside(path, "not an entry for this point")
     value = data["value"]
     if not _valid(value) or data["checksum"] != checksum(key, value):
-        return None
+        return _set_aside(path, "its figures do not match its checksum or their types")
     return value
+
+
+def _set_aside(path: Path, why: str) -> None:
+    """An entry that cannot be used: renamed beside itself (safeio.move_aside), so the fresh
+    prediction written next never destroys what could not be read; one warning line per
+    process. Where it cannot be moved it stays, and this point is not cached (``_kept``)."""
+    from attnprof.profiler.safeio import move_aside
+
+    try:
+        moved = move_aside(path)
+    except FileNotFoundError:  # another process moved it first
+        return None
+    except OSError as exc:
+        _kept.add(path)
+        _warn_once(f"warning: the prediction cache entry {path} cannot be read ({why}) nor moved aside "
+                   f"({exc.strerror or exc}); it is left as it is, and this prediction is not cached")
+        return None
+    _warn_once(f"warning: the prediction cache entry {path} cannot be read ({why}); kept as {moved.name}, "
+               f"and the prediction is made again")
+    return None
+
+
+_kept: set = set()  # entries that could be neither read nor moved aside: never overwritten
 
 
 def _valid(value) -> bool:
@@ -220,7 +251,7 @@ def store(point: Point, value: dict) -> None:
     if key is None:
         return
     path = _path_of(key)
-    if not trusted(path.parent):
+    if path in _kept or not trusted(path.parent):
         return
     try:
         write_atomically(path, json.dumps({"key": key, "value": value, "checksum": checksum(key, value)}))
@@ -239,4 +270,4 @@ def _warn_once(line: str) -> None:
     global _warned
     if not _warned:
         _warned = True
-        print(" ".join(line.split()), file=sys.stderr)
+        print(printable(" ".join(line.split())), file=sys.stderr)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from attnprof.profiler.measure import trust
+from attnprof.profiler.units import printable
 from attnprof.profiler.measure.cache_folder import cache_dir, trusted, write_atomically
 from attnprof.profiler.timemodel.calibrate import (Calibration, CalibrationError, cache_key, check, describe_machine,
                                                    problems)
@@ -58,7 +59,7 @@ def load(key: dict, warn: Optional[Warn] = None, then: str = "") -> Optional[Cal
     except (OSError, UnicodeDecodeError) as exc:
         return _ignored(path, getattr(exc, "strerror", None) or str(exc), warn, then)
     if text is None:
-        return _ignored(path, "it is not a file of yours alone", warn, then)
+        return _ignored(path, "it is not a file of yours alone", warn, then, aside=False)
     try:
         data = json.loads(text)
         cal = Calibration.from_dict(data.get("calibration") if isinstance(data, dict) else None)
@@ -79,9 +80,20 @@ def _same_key(cal: Calibration, key: dict) -> bool:
         return False
 
 
-def _ignored(path: Path, why: str, warn: Optional[Warn], then: str) -> None:
+def _ignored(path: Path, why: str, warn: Optional[Warn], then: str, aside: bool = True) -> None:
+    """One warning line; the entry (of the user's own: ``aside``) renamed beside itself first
+    (safeio.move_aside), so the calibration saved next never destroys what could not be read."""
+    kept = ""
+    if aside:
+        from attnprof.profiler.safeio import move_aside
+
+        try:
+            kept = f"; kept as {move_aside(path).name}"
+        except OSError:
+            kept = ""
     if warn is not None:
-        warn(" ".join(f"warning: the cached calibration {path} is unusable ({why}); ignored{then}".split()))
+        warn(printable(" ".join(f"warning: the cached calibration {path} is unusable ({why}){kept}; "
+                                f"ignored{then}".split())))
     return None
 
 

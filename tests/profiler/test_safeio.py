@@ -188,3 +188,24 @@ def test_make_folder_refuses_a_link_or_a_file_in_one_line(tmp_path):
         make_folder(tmp_path / "link", parents=True)
     with pytest.raises(safeio.UnwritablePath, match="cannot make the folder"):
         make_folder(tmp_path / "file" / "under", parents=True)
+
+
+def test_move_aside_keeps_the_bytes_under_a_new_name_and_never_replaces_one(tmp_path):
+    from attnprof.profiler.safeio import ASIDE, move_aside
+
+    path = tmp_path / "cache.json"
+    names = []
+    for content in (b"first \xff", b"second"):  # the same second: a name of its own each time
+        path.write_bytes(content)
+        moved = move_aside(path)
+        names.append(moved.name)
+        assert moved.parent == tmp_path and ASIDE in moved.name and moved.read_bytes() == content
+        assert not path.exists()
+    assert len(set(names)) == 2
+    target = tmp_path / "target"
+    target.write_text("keep")
+    path.symlink_to(target)  # a link is moved as a link: its target is not touched
+    moved = move_aside(path)
+    assert moved.is_symlink() and target.read_text() == "keep"
+    with pytest.raises(FileNotFoundError):
+        move_aside(path)

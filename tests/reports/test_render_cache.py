@@ -108,6 +108,12 @@ def test_a_planted_link_is_refused_never_followed(tmp_path):
     assert target.read_text() == "keep"
 
 
-def test_the_warning_names_the_file_and_says_it_is_rewritten(tmp_path):
-    assert warning(tmp_path, CACHE_FILE, "bad") == (f"warning: {tmp_path / CACHE_FILE}: bad; ignored, "
-                                                    "and the file rewritten without it")
+def test_the_warning_names_the_file_and_keeps_it_beside_the_new_one(tmp_path):
+    """A cache file the report cannot use was rewritten (garbage a user put there became {}):
+    now it is renamed beside itself, byte for byte, and the line names where."""
+    (tmp_path / CACHE_FILE).write_bytes(b"MY NOTES \xff")
+    line = warning(tmp_path, CACHE_FILE, "bad")
+    [aside] = [p for p in tmp_path.iterdir() if p.name.startswith(CACHE_FILE + ".unreadable-")]
+    assert line == f"warning: {tmp_path / CACHE_FILE}: bad; ignored (kept as {aside.name}), and a new file written without it"
+    assert aside.read_bytes() == b"MY NOTES \xff" and not (tmp_path / CACHE_FILE).exists()
+    assert warning(tmp_path, CACHE_FILE, "bad").endswith("ignored (it is gone), and a new file written without it")

@@ -76,14 +76,17 @@ def cache_keys(run) -> list[str]:
                                    {"a": 1}],
                          ids=["-1", "0", "nan", "inf", "-inf", "fraction", "beyond-int64", "str", "list", "null", "bool",
                               "object"])
-def test_a_bad_prediction_cache_entry_is_ignored_rewritten_and_said_once(run, value):
+def test_a_bad_prediction_cache_entry_is_ignored_kept_aside_and_said_once(run, value):
     (run / CACHE_FILE).write_text(json.dumps({versions_tag(): {k: value for k in cache_keys(run)}}))
+    bad = (run / CACHE_FILE).read_bytes()
     result = report(run, "--seconds", "0")
     assert result.exit_code == 0, (result.stderr, result.exception)
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("warning: ") and CACHE_FILE in lines[0], result.stderr
-    assert "17 of 17 entries invalid" in lines[0] and "rewritten" in lines[0]
-    assert json.loads((run / CACHE_FILE).read_text()) == {}  # rewritten without them
+    [aside] = [p for p in run.iterdir() if p.name.startswith(CACHE_FILE + ".unreadable-")]
+    assert "17 of 17 entries invalid" in lines[0] and f"kept as {aside.name}" in lines[0]
+    assert aside.read_bytes() == bad  # never deleted
+    assert json.loads((run / CACHE_FILE).read_text()) == {}  # written anew without them
 
 
 @pytest.mark.parametrize("name, text, fragment", [

@@ -165,3 +165,16 @@ def test_a_warning_names_the_folder_on_one_line(tmp_path, capsys):
     assert not trust.usable(folder, folder)  # no warn given: the warning goes to stderr
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "cache\\nPASS is writable by other users" in err
+
+
+def test_a_link_where_a_cache_folder_goes_is_never_written_through(prediction_cache_dir, tmp_path, capsys):
+    """The cache's root is the user's choice (followed); a link below it is planted: entries
+    were written into its target, with no warning."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    (prediction_cache_dir / "predictions").symlink_to(elsewhere)
+    cache.reset_warnings()
+    assert not predict(POINT).cached and not predict(POINT).cached  # computed, never cached
+    assert list(elsewhere.iterdir()) == []
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+    assert len(said) == 1 and "predictions is a symbolic link" in said[0]

@@ -1,5 +1,5 @@
 """The persistent prediction cache: a hit is the prediction itself, read back instead of
-recomputed; every entry that is not trustworthy is ignored and rewritten; an unwritable
+recomputed; every entry that is not trustworthy is moved aside and predicted again; an unwritable
 folder costs a warning line, never the prediction; --no-cache bypasses it."""
 
 from __future__ import annotations
@@ -123,13 +123,21 @@ def corrupt_not_a_dict(path):
 
 @pytest.mark.parametrize("corrupt", [corrupt_garbage, corrupt_truncated, corrupt_checksum, corrupt_consistently,
                                      corrupt_foreign, corrupt_extra_field, corrupt_not_a_dict])
-def test_an_untrustworthy_entry_is_ignored_and_rewritten(prediction_cache_dir, corrupt):
+def test_an_untrustworthy_entry_is_kept_aside_and_predicted_again(prediction_cache_dir, corrupt, capsys):
+    """Never delete what cannot be parsed: the entry is renamed beside itself, byte for byte, with
+    one warning line, and the fresh prediction is written under its name (it was overwritten)."""
     first = predict(POINT)
     (path,) = entries(prediction_cache_dir)
     corrupt(path)
+    damaged = path.read_bytes()
+    cache.reset_warnings()
     again = predict(POINT)
     assert not again.cached and figures(again) == figures(first)
-    assert predict(POINT).cached  # rewritten: trusted again
+    [aside] = [p for p in path.parent.iterdir() if ".unreadable-" in p.name]
+    assert aside.read_bytes() == damaged and aside.name.startswith(path.name)
+    [line] = capsys.readouterr().err.splitlines()
+    assert str(path) in line and f"kept as {aside.name}" in line
+    assert predict(POINT).cached  # written anew: trusted again
     assert json.loads(path.read_text())["value"]["peak_bytes"] == first.peak_bytes
 
 
