@@ -20,7 +20,6 @@ from attnprof.api.overrides import Log, PathLike, quiet
 from attnprof.arguments import UsageProblem, checked
 
 FORMATS = ("csv", "parquet", "json", "benchmark-action")
-RESULTS_LIMIT_BYTES = 1 << 30  # a results file is KiB to MiB; beyond this it is not one of ours
 
 
 @dataclass
@@ -112,7 +111,7 @@ def read(run_dir: Path, log: Log = quiet) -> tuple[list[dict], int]:
 
 def _read_one(run_dir: Path, log: Log, one_line) -> tuple[list[dict], int]:
     from attnprof.profiler.records import key_of_record
-    from attnprof.profiler.runner.storage import RESULTS_FILE, read_numbered
+    from attnprof.profiler.runner.storage import MAX_RESULTS_BYTES, RESULTS_FILE, read_numbered
     from attnprof.reports.export_table import non_finite
 
     file = run_dir / RESULTS_FILE
@@ -124,7 +123,7 @@ def _read_one(run_dir: Path, log: Log, one_line) -> tuple[list[dict], int]:
         raise UsageProblem(one_line(f"cannot read {file}: {exc.strerror or exc}")) from None
     if not stat.S_ISREG(info.st_mode):  # a FIFO or a device would block or never end
         raise UsageProblem(f"{file} is not a regular file")
-    if info.st_size > RESULTS_LIMIT_BYTES:
+    if info.st_size > MAX_RESULTS_BYTES:  # the limit every reader of a results file keeps
         raise UsageProblem(f"{file} is {info.st_size} bytes, too large to be a results file")
     numbered, problems = read_numbered(run_dir)
     if problems and problems[0].line == 0:

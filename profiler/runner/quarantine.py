@@ -84,7 +84,7 @@ def _read(run_dir: Path) -> Optional[bytes]:
     try:
         return safeio.read_bounded(path, MAX_RESULTS_BYTES)
     except ValueError:
-        raise SweepError(f"{path} is larger than {MAX_RESULTS_BYTES >> 30} GiB: not a results file; "
+        raise SweepError(f"{path} is larger than {MAX_RESULTS_BYTES >> 20} MiB: not a results file; "
                          f"choose another --out") from None
     except OSError as exc:
         raise SweepError(f"cannot read {path}: {exc.strerror or exc}") from None

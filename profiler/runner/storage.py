@@ -157,7 +157,9 @@ def results_size(run_dir: Path) -> int:
 
 
 # --- reading --------------------------------------------------------------------------------
-MAX_RESULTS_BYTES = 4 << 30  # a record is a few KiB: a million points; more is not a results file
+# A record is 1-20 KiB (its timing samples): 25,000 points and more; beyond, not a results file. Read whole
+# (and decoded) by resume, report, gate and export alike: 4 GiB ran a report out of memory.
+MAX_RESULTS_BYTES = 512 << 20
 def read_records_checked(run_dir: Path) -> tuple[list[dict], list[Problem]]:
     """Every valid record of a run, and a Problem for each line that is not one.
 
@@ -181,7 +183,7 @@ def read_numbered(run_dir: Path) -> tuple[list[tuple[int, dict]], list[Problem]]
         return [], [Problem(0, f"cannot read {path}: {exc.strerror or exc}")]
     except ValueError:
         raise SweepError(f"{path} is larger than {MAX_RESULTS_BYTES >> 20} MiB: not a results file attnprof "
-                           f"wrote (about a million points); refused") from None
+                           f"wrote (over 25,000 points); refused") from None
     if data is None:
         return [], []
     records, problems = [], []
