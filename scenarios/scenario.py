@@ -21,7 +21,8 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from attnprof.errors import UserError
-from attnprof.profiler.records import DTYPE_BYTES, MLPS, NORMS, ShapeError, canonical_dtype, precision_problem
+from attnprof.profiler.records import (DTYPE_BYTES, MAX_LAYERS, MLPS, NORMS, ShapeError, canonical_dtype,
+                                       precision_problem)
 from attnprof.profiler.records import OPTIMIZER_IMPLS, OPTIMIZERS  # issue 24: optimizer
 from attnprof.profiler.units import INT64_MAX
 from attnprof.scenarios.fields import BY_NAME, default, names_of
@@ -114,6 +115,7 @@ class Scenario:
             value = getattr(self, key)
             need(_is(value, int) and value >= 0, f"{key} must be an integer >= 0, got {_shown(value)}")
         need(all(n > 0 for n in self.seq_lens), f"seq_lens must be positive integers, got {_shown(self.seq_lens)}")
+        need(self.layers <= MAX_LAYERS, f"layers must be at most {MAX_LAYERS:,}, got {self.layers:,}")  # records.Shape's
         need(isinstance(self.forward_only, bool), f"forward_only must be true or false, got {_shown(self.forward_only)}")
         # --- issue 24: lm ---
         need(isinstance(self.tie_embeddings, bool),
@@ -163,7 +165,7 @@ class Scenario:
         d_ff = self.ffn_dim or FF_MULT * self.d_model  # records.Shape.d_ff (swiglu: each of its two hidden tensors)
         weights = d_ff * self.d_model
         if weights * dtype_bytes > INT64_MAX:
-            what = f"d_model {_power(self.d_model)}" if not self.ffn_dim else f"ffn_dim {_power(self.ffn_dim)}"
+            what = f"d_model {_power(self.d_model)}" + (f" with ffn_dim {_power(self.ffn_dim)}" if self.ffn_dim else "")
             return (f"{what} is too large: a {_power(self.d_model)}x{_power(d_ff)}"
                     f" weight overflows int64")
         for n in self.lengths():

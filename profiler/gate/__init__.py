@@ -111,7 +111,9 @@ def run_gate(baseline: str | Path, run_dir: str | Path, tolerance_pct: float | s
     in the run or the baseline is exit 2 (naming file and line) unless ``skip_invalid``:
     then it is left out, and the summary says how many were. Tolerances may be
     given as numbers or as the CLI's strings ('2%', '1MiB'). Every GateError becomes one
-    ``error: ...`` line through ``out`` (and in the summaries), and exit code 2.
+    ``error: ...`` line through ``out``, and exit code 2; one about the baseline or the run is
+    in the summaries too (the CI step's summary says why), one about the command's own
+    arguments (a tolerance, an output place) writes nothing.
     """
     try:
         if update:
@@ -123,15 +125,19 @@ def run_gate(baseline: str | Path, run_dir: str | Path, tolerance_pct: float | s
                 + (f"; {skipped} invalid record(s) skipped (--skip-invalid)" if skipped else ""))
             return 0
         check_outputs(markdown_file, json_file)  # refused before the table: no PASS printed, then an error
-        result = compare(baseline, run_dir, parse_tolerance(tolerance_pct), parse_bytes(abs_tolerance_bytes),
-                         allow_missing, skip_invalid)
+        tolerance, abs_tolerance = parse_tolerance(tolerance_pct), parse_bytes(abs_tolerance_bytes)
+    except GateError as exc:  # the command's own arguments: refused before any output, no summary written
+        out(f"error: {exc}")
+        return 2
+    try:
+        result = compare(baseline, run_dir, tolerance, abs_tolerance, allow_missing, skip_invalid)
         out(format_table(result).rstrip("\n"))
         _write_markdown(format_markdown(result), markdown_file)
         _write_json(result_to_json(result), json_file)
         return result.exit_code
-    except GateError as exc:
+    except GateError as exc:  # the baseline or the run cannot be compared: a CI step's summaries say why too
         out(f"error: {exc}")
-        try:  # let the summaries say why too; a failure to write them changes nothing
+        try:  # a failure to write them changes nothing
             _write_markdown(format_error_markdown(str(exc)), markdown_file)
             _write_json(error_to_json(str(exc)), json_file)
         except GateError:

@@ -103,6 +103,8 @@ def test_to_dict_round_trips_and_lists_come_back_as_tuples():
     ("seq_lens = [1048576]\nbatch = 1099511627776", "overflows int64"),  # B*h*n*n, not n*n alone
     ("seq_lens = [1024]\ntokens_per_batch = 9223372036854775807", "overflows int64"),
     ("d_model = 4611686018427387904\nheads = 1", "d_model 2**62 is too large"),
+    ("d_model = 4611686018427387904\nheads = 1\nffn_dim = 128", "d_model 2**62 with ffn_dim 128 is too large"),  # not ffn_dim alone
+    ("layers = 100000000", "layers must be at most 10,000, got 100,000,000"),
     ("d_model = 100000000000000000000000000000", "d_model"),  # beyond int64 itself
     ("seq_lens = [256]\ntokens_per_batch = 128", "below the longest length 256"),
     ('colour = "red"', "unknown key 'colour'"),

@@ -46,6 +46,17 @@ def test_non_finite_or_negative_tolerances_are_refused(baseline, run, kwargs):
     one_error_line(*gate(baseline, run, **kwargs), "tolerance")
 
 
+def test_a_refused_argument_writes_no_summary(baseline, run, tmp_path):
+    """Refusals before any output: --markdown and --json-out were written with the error verdict
+    of a NaN tolerance (and, with an unwritable --json-out, --markdown still was)."""
+    md, js = tmp_path / "gate.md", tmp_path / "gate.json"
+    one_error_line(*gate(baseline, run, tolerance_pct="nan", markdown_file=md, json_file=js), "tolerance")
+    one_error_line(*gate(baseline, run, markdown_file=md, json_file=tmp_path / "no" / "such" / "x.json"))
+    assert not md.exists() and not js.exists()
+    one_error_line(*gate(tmp_path / "absent.json", run, markdown_file=md, json_file=js), "baseline not found")
+    assert "ERROR" in md.read_text() and json.loads(js.read_text())["verdict"] == "error"  # not comparable: said there
+
+
 @pytest.mark.parametrize("pct, floor", [(math.nan, 0), (math.inf, 0), (-1.0, 0), (2.0, -1), (2.0, math.nan),
                                         (2.0, math.inf), ("2", 0), (True, 0)])
 def test_compare_refuses_them_too(baseline, run, pct, floor):
