@@ -16,9 +16,11 @@ that raises puts the KeyboardInterrupt there. Two places make that unsafe (measu
 
 So every run under torch's dispatch modes (a fake or tracked run, a prediction task) is
 ``deferred()``: a signal inside it is recorded, not raised. The KeyboardInterrupt comes at
-a safe point: the region's end, the top of the tracker's next op (``check``: an op may
-raise, as a shape error does), the next region's start. A KeyboardInterrupt that a
-callback swallowed anyway is caught by ``install``'s unraisable hook and is pending again.
+a safe point: the region's end, the top of the tracker's next op that returns tensors
+(``check``: such an op may raise, as a shape error does; a metadata query such as prim.device
+is called from C++ that cannot unwind: raised there, it aborted the process), the next
+region's start. A KeyboardInterrupt that a callback swallowed anyway is caught by
+``install``'s unraisable hook and is pending again.
 A command that ends with a signal received but never raised still says "interrupted"
 (``received``).
 

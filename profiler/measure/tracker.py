@@ -29,6 +29,17 @@ from attnprof.profiler.measure.real_counters import is_real_counter, run as run_
 
 # Ops that never allocate; under fake tensors prim.device alone is ~70% of all dispatches.
 _NO_ALLOCATION = frozenset({torch.ops.prim.device.default})
+_UNWINDS: dict = {}  # op -> whether an exception raised in its dispatch reaches Python (``_unwinds``)
+
+
+def _unwinds(func) -> bool:
+    """Whether a pending Ctrl-C may be raised in ``func``'s dispatch: an op that returns tensors.
+    A query of a tensor's metadata (prim.device, sym_size, is_contiguous: no Tensor returned) is
+    called from C++ that cannot unwind, and a KeyboardInterrupt there aborted the process
+    (std::terminate, "python_error": 7 of 60 SIGTERMs of a budget search on the CUDA build)."""
+    if func not in _UNWINDS:
+        _UNWINDS[func] = any(str(r.type).startswith("Tensor") for r in func._schema.returns)
+    return _UNWINDS[func]
 CATEGORIES = ("parameters", "gradients", "inputs", "activations", "temporaries")
 # --- issue 24: precision ---
 # A parameter's copy in another dtype (``_to_copy`` of a parameter's storage): under torch.autocast,
@@ -290,7 +301,7 @@ class MemoryTracker(TorchDispatchMode):
     def dispatch(self, func, args, kwargs) -> tuple:
         """Run the op and count its new storages: (its output, the output's tensors), the
         tensors None for an op that allocates nothing (then it leaves no OP event)."""
-        if safe_points.PENDING:  # Ctrl-C or SIGTERM in a deferred run: raised as an op's error is
+        if safe_points.PENDING and _unwinds(func):  # Ctrl-C or SIGTERM in a deferred run: raised as an op's error is
             safe_points.check()
         if args and type(args[0]) is torch.Tensor and is_real_counter(args[0]):  # issue 24: real_counters.py
             out = run_real(func, args, kwargs or {})

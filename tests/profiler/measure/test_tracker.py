@@ -55,3 +55,40 @@ def test_a_reused_storage_address_is_not_confused_with_the_old_one():
             tmp = torch.empty(1024)
             del tmp
         assert t.current_bytes == 0 and t.peak_bytes == 4096
+
+
+PENDING_AT_A_METADATA_QUERY = '''
+import torch
+from attnprof.profiler import safe_points
+from attnprof.profiler.measure.quickfake import CpuFakeTensorMode
+from attnprof.profiler.measure.tracker import MemoryTracker
+
+
+class Pending(MemoryTracker):  # Ctrl-C arrives while torch asks a tensor's device (from C++ that cannot unwind)
+    def dispatch(self, func, args, kwargs):
+        if func is torch.ops.prim.device.default:
+            safe_points.PENDING = True
+        return super().dispatch(func, args, kwargs)
+
+
+try:
+    with safe_points.deferred(), CpuFakeTensorMode(), Pending():
+        x = torch.empty(2, 8, 16, dtype=torch.bfloat16, requires_grad=True)
+        w = torch.empty(16, 16, dtype=torch.bfloat16, requires_grad=True)
+        (x @ w).softmax(-1).sum().backward()
+    print("not interrupted")
+except KeyboardInterrupt:
+    print("interrupted")
+'''
+
+
+def test_a_pending_ctrl_c_is_raised_at_an_op_that_returns_tensors_never_at_a_metadata_query():
+    """Raised in prim.device's dispatch, the KeyboardInterrupt met C++ that cannot unwind: the
+    process aborted (std::terminate, 'python_error'), as 7 of 60 SIGTERMs of a budget search did
+    on the CUDA build. It waits for the next op that returns tensors."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", PENDING_AT_A_METADATA_QUERY], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "interrupted", (done.returncode, done.stderr[-2000:])
