@@ -95,12 +95,24 @@ def make_folder(folder: Path, *, parents: bool = False) -> Path:
 ASIDE = ".unreadable-"  # the mark of a file moved aside (``move_aside``)
 
 
-def move_aside(path: Path) -> Path:
+class Replaced(OSError):
+    """The name no longer holds the file that was read (another process moved it aside, or
+    wrote a fresh one there): nothing is moved."""
+
+
+def _identity(path: Path) -> tuple:
+    info = os.stat(path, follow_symlinks=False)
+    return info.st_dev, info.st_ino
+
+
+def move_aside(path: Path, identity: Optional[tuple] = None) -> Path:
     """Give ``path`` (a file attnprof wrote but cannot read back: a cache entry, a render cache)
     a name of its own beside it, ``NAME.unreadable-<UTC time>-<pid>[-k]``, and return it: kept
     byte for byte for the user to look at, never deleted, never overwritten. A hard link to the
     new name, then the old name removed, so no other file is ever replaced (a rename would
     clobber a name made meanwhile); a link at ``path`` is moved as a link, never followed.
+    ``identity`` ((device, inode) of the file that was read): ``Replaced`` when the name holds
+    another file by then, so a process never moves aside a fresh file another one just wrote.
     OSError when it cannot be done (the caller then leaves the file where it is)."""
     import time
 
@@ -108,11 +120,17 @@ def move_aside(path: Path) -> Path:
     stem = f"{path.name}{ASIDE}{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{os.getpid()}"
     for k in range(100):
         target = path.with_name(stem + (f"-{k}" if k else ""))
+        if identity is not None and _identity(path) != identity:
+            raise Replaced(errno.ESTALE, f"{path} is no longer the file that was read")
         try:
             os.link(path, target, follow_symlinks=False)
         except FileExistsError:
             continue
-        os.unlink(path)
+        if identity is not None and _identity(target) != identity:  # replaced between the check and the link
+            os.unlink(target)
+            raise Replaced(errno.ESTALE, f"{path} is no longer the file that was read")
+        if identity is None or _identity(path) == identity:
+            os.unlink(path)
         return target
     raise OSError(errno.EEXIST, f"no free name beside {path}")
 

@@ -60,6 +60,17 @@ def not_a_folder(folder: Path) -> Optional[str]:
     return None if stat.S_ISDIR(info.st_mode) else "a file, not a folder"
 
 
+def judge(root: Path, where: Path) -> tuple[Optional[str], Optional[str]]:
+    """(why ``where`` can hold no cache entries, why it is not the user's own), both None when
+    it may be used: ``not_a_folder``, a link below the cache's ``root`` (the root is the user's
+    choice and followed; a link inside the cache is planted: entries would land in its target),
+    then ``folder_problem``."""
+    shape = not_a_folder(where)
+    if Path(where) != Path(root) and os.path.islink(where):
+        shape = "a symbolic link (a folder inside the cache is never followed: entries would be written elsewhere)"
+    return shape, (folder_problem(where) if shape is None else None)
+
+
 def usable(root: Path, folder: Path, warn: Optional[Callable[[str], None]] = None,
            elsewhere: str = "choose a folder of your own") -> bool:
     """Whether the cache may read and write ``folder``: it and the cache's ``root`` (the one
@@ -67,13 +78,9 @@ def usable(root: Path, folder: Path, warn: Optional[Callable[[str], None]] = Non
     Else one warning (``warn``, or stderr; ``elsewhere``: how to point the cache at another
     folder), once per folder: an unusable root is said once for every cache below it."""
     for where in dict.fromkeys((Path(root), Path(folder))):
-        shape, owner = not_a_folder(where), None
-        if where != Path(root) and os.path.islink(where):  # the root is the user's choice; a link below it is not
-            shape = "a symbolic link (a folder inside the cache is never followed: entries would be written elsewhere)"
-        if shape is None:
-            owner = folder_problem(where)
-            if owner is None:
-                continue
+        shape, owner = judge(root, where)
+        if shape is None and owner is None:
+            continue
         if os.environ.get(WARNED_ENV) != str(where):
             os.environ[WARNED_ENV] = str(where)
             line = (f"warning: cache folder {where} is {shape}: nothing is cached there, every figure is "
@@ -96,6 +103,14 @@ def own_entry(fd: int) -> bool:
 def read_entry(path: Path) -> Optional[str]:
     """An entry's text, or None when it is not ``own_entry`` (or is a symbolic link);
     FileNotFoundError when there is none, OSError/UnicodeDecodeError when unreadable."""
+    read = read_entry_with_id(path)
+    return None if read is None else read[0].decode("utf-8")
+
+
+def read_entry_with_id(path: Path) -> Optional[tuple[bytes, tuple]]:
+    """An entry's bytes and the (device, inode) of the file they were read from (so that the
+    file, and not whatever holds its name later, is what a caller moves aside), or None as
+    ``read_entry``; FileNotFoundError when there is none, OSError when unreadable."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as exc:
@@ -105,7 +120,8 @@ def read_entry(path: Path) -> Optional[str]:
     with os.fdopen(fd, "rb") as entry:
         if not own_entry(fd):
             return None
-        return entry.read().decode("utf-8")
+        info = os.fstat(fd)
+        return entry.read(), (info.st_dev, info.st_ino)
 
 
 def make_private_dirs(folder: Path) -> None:

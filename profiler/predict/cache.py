@@ -173,36 +173,36 @@ def load(point: Point) -> Optional[dict]:
         path = _path_of(key)
         if not trusted(path.parent):
             return None
-        text = trust.read_entry(path)
-    except FileNotFoundError:
-        return None
-    except (OSError, UnicodeDecodeError) as exc:
-        return _set_aside(path, "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else exc.strerror or str(exc))
-    except Exception:  # noqa: BLE001 - a plug-in whose class cannot be resolved: no cache
-        return None
-    if text is None:  # not this user's own file (or a link): never trusted, never moved
+    except Exception:  # noqa: BLE001 - a plug-in whose class cannot be resolved, an unreadable source: no cache
         return None
     try:
-        data = json.loads(text)
-    except (ValueError, RecursionError):
-        return _set_aside(path, "not valid JSON")
+        read = trust.read_entry_with_id(path)
+    except OSError:  # none there, or unreadable now (EIO, EMFILE): a miss; the entry is left as it is
+        return None
+    if read is None:  # not this user's own file (or a link): never trusted, never moved
+        return None
+    raw, identity = read
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return _set_aside(path, identity, "not valid JSON in UTF-8")
     if not (isinstance(data, dict) and set(data) == {"key", "value", "checksum"} and data["key"] == key):
-        return _set_aside(path, "not an entry for this point")
+        return _set_aside(path, identity, "not an entry for this point")
     value = data["value"]
     if not _valid(value) or data["checksum"] != checksum(key, value):
-        return _set_aside(path, "its figures do not match its checksum or their types")
+        return _set_aside(path, identity, "its figures do not match its checksum or their types")
     return value
 
 
-def _set_aside(path: Path, why: str) -> None:
+def _set_aside(path: Path, identity: tuple, why: str) -> None:
     """An entry that cannot be used: renamed beside itself (safeio.move_aside), so the fresh
     prediction written next never destroys what could not be read; one warning line per
     process. Where it cannot be moved it stays, and this point is not cached (``_kept``)."""
-    from attnprof.profiler.safeio import move_aside
+    from attnprof.profiler.safeio import Replaced, move_aside
 
     try:
-        moved = move_aside(path)
-    except FileNotFoundError:  # another process moved it first
+        moved = move_aside(path, identity)
+    except (FileNotFoundError, Replaced):  # another process moved it first (and may have written a fresh one)
         return None
     except OSError as exc:
         _kept.add(path)

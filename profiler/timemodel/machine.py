@@ -5,8 +5,8 @@ One JSON file per key under the prediction cache's folder (profiler/measure/cach
 ``cache_dir()``): ``calibration/<host>-<threads>t-<sha256 of the key, 16 hex>.json``. An
 entry is used only when it is one: valid JSON, the same key, every field present and
 plausible (``calibrate.problems``, field by field: a list or a string where a table of
-rates goes, null, negative, NaN). Anything else is ignored with one warning line and
-measured again, and the new figures overwrite it; a plain ``predict`` (which never
+rates goes, null, negative, NaN). Anything else is ignored with one warning line, moved
+aside (``NAME.unreadable-...`` beside it: never overwritten) and measured again; a plain ``predict`` (which never
 measures) then predicts no time rather than one made from it. A cache folder that
 cannot be written costs a warning, never the calibration; one that is not the user's own
 (``trust``) is neither read nor written.
@@ -32,7 +32,7 @@ FOLDER = "calibration"
 def cache_unusable() -> bool:
     """Whether no calibration can be cached (the folder, or the cache folder above it, is no
     folder or not the user's own); judged without a warning (``trusted`` says it once)."""
-    return any(trust.not_a_folder(p) or trust.folder_problem(p) for p in (cache_dir(), cache_dir() / FOLDER))
+    return any(any(trust.judge(cache_dir(), p)) for p in (cache_dir(), cache_dir() / FOLDER))
 
 
 def path_of(key: dict) -> Path:
@@ -56,8 +56,9 @@ def load(key: dict, warn: Optional[Warn] = None, then: str = "") -> Optional[Cal
         text = trust.read_entry(path)
     except FileNotFoundError:
         return None
-    except (OSError, UnicodeDecodeError) as exc:
-        return _ignored(path, getattr(exc, "strerror", None) or str(exc), warn, then)
+    except (OSError, UnicodeDecodeError) as exc:  # unreadable now (EIO, EMFILE): left as it is; not text: aside
+        return _ignored(path, getattr(exc, "strerror", None) or str(exc), warn, then,
+                        aside=isinstance(exc, UnicodeDecodeError))
     if text is None:
         return _ignored(path, "it is not a file of yours alone", warn, then, aside=False)
     try:

@@ -203,3 +203,35 @@ def test_the_cli_repeats_a_prediction_from_the_cache_and_no_cache_bypasses_it(pr
     assert [r["prediction_cached"] for r in (first[0], again[0], bypass[0])] == [False, True, False]
     assert first[0]["predicted_peak_bytes"] == again[0]["predicted_peak_bytes"] == bypass[0]["predicted_peak_bytes"]
     assert len(entries(prediction_cache_dir)) == 1
+
+
+def test_a_key_that_cannot_be_made_is_a_miss_not_an_error(tmp_path, monkeypatch):
+    """A plug-in whose options raise an OSError while the key is made: load answered with an
+    UnboundLocalError (the entry's path was never set) once unreadable entries were moved aside."""
+    (tmp_path / "oserr_attention_plugin.py").write_text(
+        "from attnprof.scenarios.variants.full import FullAttention\n"
+        "class Mine(FullAttention):\n"
+        "    @classmethod\n"
+        "    def resolve_options(cls, options):\n"
+        "        raise PermissionError(13, 'Permission denied', '/etc/mine.conf')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        assert cache.load(Point("oserr_attention_plugin:Mine", "plain", "model", POINT.shape)) is None
+    finally:
+        sys.modules.pop("oserr_attention_plugin", None)
+
+
+def test_an_entry_is_moved_aside_only_while_it_is_the_file_that_was_read(prediction_cache_dir):
+    """Two processes that read one bad entry: the second must not move aside the fresh entry
+    the first wrote meanwhile (safeio.move_aside's identity)."""
+    from attnprof.profiler.safeio import Replaced, move_aside
+
+    predict(POINT)
+    (path,) = entries(prediction_cache_dir)
+    read_before = (path.stat().st_dev, path.stat().st_ino)
+    fresh = path.with_name("fresh")
+    fresh.write_text(path.read_text())
+    os.replace(fresh, path)  # what a writer does: a new file under the name
+    with pytest.raises(Replaced):
+        move_aside(path, read_before)
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # nothing moved, nothing lost
