@@ -135,9 +135,13 @@ def _around(ks: list[int], n: int) -> tuple[int, int]:
 def capacity_within(sc, budgets_gib: tuple, seconds: float, gpus: Optional[list] = None) -> dict:
     """``points.capacity_predictions`` (or, with ``gpus``, ``gpu_points.gpu_capacity_predictions``)
     one series per task on the worker pool (``pool.within``), keeping what finishes within
-    ``seconds``: point key -> bytes (or (GPU key, point key) -> gpu_* fields)."""
+    ``seconds``: point key -> bytes (or (GPU key, point key) -> gpu_* fields). Built-in variants
+    only, as the report predicts (reports/builtins.py): ``within`` may run its tasks in this
+    process (a multi-threaded CUDA build), where a plug-in that crashes would take the sweep
+    and its report with it; a plug-in's series keep their measured points."""
     from attnprof.profiler.predict.pool import within
     from attnprof.scenarios.plan import series
+    from attnprof.scenarios.variants.catalog import is_builtin_label
 
     if gpus:
         from attnprof.profiler.predict.gpu_points import gpu_capacity_predictions
@@ -147,7 +151,8 @@ def capacity_within(sc, budgets_gib: tuple, seconds: float, gpus: Optional[list]
         from attnprof.profiler.predict.points import capacity_predictions
 
         task, extra = capacity_predictions, (budgets_gib,)
-    parts = [sc.override(variants=(points[0].variant,), modes=(points[0].mode,)) for points in series(sc)]
+    parts = [sc.override(variants=(points[0].variant,), modes=(points[0].mode,)) for points in series(sc)
+             if is_builtin_label(points[0].variant)]
     entries: dict = {}
     for part in within(task, [(part, *extra) for part in parts], seconds):
         entries.update(part)

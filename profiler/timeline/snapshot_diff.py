@@ -72,7 +72,7 @@ def _int(value, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise SnapshotRefused(f"not a memory snapshot: {what} is {type(value).__name__}, not an integer")
     if not 0 <= value <= INT64_MAX:
-        shown = str(value) if len(str(value)) <= 24 else f"an integer of {len(str(value))} digits"
+        shown = str(value) if abs(value) < 10**24 else f"an integer of {value.bit_length()} bits"  # str() stops at 4300 digits
         raise SnapshotRefused(f"not a memory snapshot: {what} is {shown}, not a byte count from 0 to 2**63 - 1")
     return value
 

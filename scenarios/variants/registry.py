@@ -268,8 +268,15 @@ class VariantSpec:
         return self.cls.kv_repeat(heads, kv_heads)
 
     def check_shape(self, seq_len: int, heads: int, head_dim: int) -> None:
+        """VariantError when the variant cannot run at this shape; a plug-in's check that raises
+        anything else is one too (its words in one line, never a traceback)."""
         cls = self.cls
-        cls.check_shape(cls.resolve_options(self.options), seq_len, heads, head_dim)
+        try:
+            cls.check_shape(cls.resolve_options(self.options), seq_len, heads, head_dim)
+        except VariantError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - plug-in code
+            raise VariantError(f"variant {self.label}: its shape check raised {_one_line(exc)}") from None
 
     def layer_period(self) -> int:
         """After how many blocks its layers repeat (``Attention.layer_period``): 2 for an

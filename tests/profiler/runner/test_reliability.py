@@ -337,7 +337,7 @@ class Crash(FullAttention):
 
 def test_a_plugin_that_segfaults_costs_its_own_points_only_and_never_runs_in_the_sweeps_process(tmp_path):
     """A plug-in's code runs in its point's process only: the sweep's own predictions (the ETA,
-    a record it writes for a point whose worker died) are for built-in variants. Before, the
+    a record it writes for a point whose worker died, the report's capacity) are for built-in variants. Before, the
     sweep predicted the plug-in's point itself, and died with it (exit 139, sdpa's points lost)."""
     (tmp_path / "plugins").mkdir()
     marker = tmp_path / "ran_in.txt"
@@ -345,10 +345,11 @@ def test_a_plugin_that_segfaults_costs_its_own_points_only_and_never_runs_in_the
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "plugins"), os.environ.get("PYTHONPATH", "")]),
            "ATTNPROF_TEST_HOOK": ""}
     out = tmp_path / "run"
-    proc = subprocess.Popen(sweep_cmd(out, 128, "--variant", "crash_plugin_for_test:Crash"), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
+    cmd = [a for a in sweep_cmd(out, 128, "--variant", "crash_plugin_for_test:Crash") if a != "--no-report"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     _, stderr = proc.communicate(timeout=240)
     assert proc.returncode == 0, stderr
+    assert (out / "report.html").is_file()  # its capacity phase predicts built-in variants only
     assert "Traceback" not in stderr
     ran_in = {int(line) for line in marker.read_text().split()}
     assert ran_in and proc.pid not in ran_in  # the plug-in ran, in its points' processes only
@@ -356,6 +357,7 @@ def test_a_plugin_that_segfaults_costs_its_own_points_only_and_never_runs_in_the
     assert sorted(r["seq_len"] for r in records if r["variant"] == "sdpa" and r["status"] == "ok") == [64, 128]
     crashed = [r for r in records if r["variant"] == "crash_plugin_for_test:Crash"]
     assert crashed and all(r["status"] == "crashed" and "SIGSEGV" in r["reason"] for r in crashed)
+    assert len(ran_in) == len(crashed)  # one process per point; none of the report's capacity predictions
 
 
 def test_infinite_or_nan_point_timeout_is_one_line_exit_2(tmp_path):

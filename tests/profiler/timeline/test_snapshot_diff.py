@@ -54,6 +54,7 @@ def test_a_size_beyond_int64_or_below_zero_is_refused_in_one_line():
                                                     {"action": "free_completed", "size": size, "frames": []}]]}
 
     assert summarise(snap(2**63 - 1)) is not None
-    for size, shown in ((10**400, "an integer of 401 digits"), (-5 * 2**30, "-5368709120"), (2**63, str(2**63))):
+    for size, shown in ((10**400, "an integer of 1329 bits"), (10**5000, "an integer of 16610 bits"),
+                        (-5 * 2**30, "-5368709120"), (2**63, str(2**63))):  # 10**5000: beyond str()'s 4300 digits
         with pytest.raises(SnapshotRefused, match=f"an entry's size is {shown}, not a byte count from 0 to 2"):
             summarise(snap(size))

@@ -175,6 +175,17 @@ def test_a_plugin_that_fails_is_one_line(plugins, source, expect):
     assert get_variant("full").core is not Attention.core  # the registry still works
 
 
+def test_a_plugins_shape_check_that_breaks_is_one_line(plugins):
+    """A ZeroDivisionError in a plug-in's check_shape was a traceback out of `attnprof sweep`."""
+    label = plugins.module("shape", "from attnprof.scenarios.variants.full import FullAttention\n"
+                                    "class Cls(FullAttention):\n"
+                                    "    @classmethod\n"
+                                    "    def check_shape(cls, options, seq_len, heads, head_dim):\n"
+                                    "        return 1 / 0\n") + ":Cls"
+    text = one_line_error(lambda: parse_variant(label).check_shape(64, 2, 16))
+    assert text == f"variant {label}: its shape check raised ZeroDivisionError: division by zero"
+
+
 def test_an_unknown_name_lists_the_choices_in_one_line():
     text = one_line_error(lambda: parse_variant("nope"))
     assert "unknown variant 'nope'" in text and all(name in text for name in BUILTINS)
