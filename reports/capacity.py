@@ -110,7 +110,7 @@ def capacity(frame: pd.DataFrame, run_dir: Path | None = None, *, seconds: float
 
     ``gpus`` (GpuSpecs): the columns are these GPUs rather than ``budgets``, and what must
     fit each is the GPU model's total (``gpu_predictor``, default the model itself).
-    ``warn`` gets one line for a render cache with invalid entries (ignored, rewritten)."""
+    ``warn`` gets one line for a render cache with invalid entries (ignored, moved aside, written anew)."""
     if gpus:
         return _gpu_capacity(frame, run_dir, list(gpus), seconds, gpu_predictor or default_gpu_predictor, warn)
     predictor = predictor or default_predictor
@@ -228,15 +228,19 @@ def _predict_gpu(curve: Curve, n: int, predictor: GpuPredictor, cache: dict, spe
 
 def _read_gpu_cache(run_dir: Path | None, warn: Optional[Warn]) -> tuple[dict, bool]:
     cache, problem = render_cache.read_gpu_cache(run_dir)
-    if problem and warn:
-        warn(render_cache.warning(run_dir, GPU_CACHE_FILE, problem))
+    if problem:  # moved aside whether or not anyone is told (render_cache.warning)
+        line = render_cache.warning(run_dir, GPU_CACHE_FILE, problem)
+        if warn:
+            warn(line)
     return cache, bool(problem)
 
 
 def _read_cache(run_dir: Path | None, warn: Optional[Warn]) -> tuple[dict, bool]:
     cache, problem = render_cache.read_cache(run_dir)
-    if problem and warn:
-        warn(render_cache.warning(run_dir, CACHE_FILE, problem))
+    if problem:  # moved aside whether or not anyone is told (render_cache.warning)
+        line = render_cache.warning(run_dir, CACHE_FILE, problem)
+        if warn:
+            warn(line)
     return cache, bool(problem)
 
 

@@ -12,8 +12,8 @@ so -1, NaN, Infinity, 1.5 or "12" are not; every gpu_* field has its PointRecord
 a cached peak must also be > 0: a prediction is never 0 bytes (the inputs alone are bytes),
 and a 0 would end the capacity curve in log(0); the file is read without following a link, without blocking on a FIFO and
 up to a bound, and nesting too deep is a reason, not a RecursionError. Whatever is
-invalid is ignored, reported in one line (``problem``) and the file rewritten without
-it. Writes go through ``safeio.write_atomic``: a planted link is refused, never followed.
+invalid is ignored, reported in one line (``problem``), the file moved aside
+(``warning``: ``NAME.unreadable-...``, never deleted) and a new one written without it. Writes go through ``safeio.write_atomic``: a planted link is refused, never followed.
 """
 
 from __future__ import annotations

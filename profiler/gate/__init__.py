@@ -116,6 +116,13 @@ def run_gate(baseline: str | Path, run_dir: str | Path, tolerance_pct: float | s
     arguments (a tolerance, an output place) writes nothing.
     """
     try:
+        if not update:
+            check_outputs(markdown_file, json_file)  # refused before the table: no PASS printed, then an error
+            tolerance, abs_tolerance = parse_tolerance(tolerance_pct), parse_bytes(abs_tolerance_bytes)
+    except GateError as exc:  # the command's own arguments: refused before any output, no summary written
+        out(f"error: {exc}")
+        return 2
+    try:
         if update:
             doc = update_baseline(baseline, run_dir, skip_invalid)
             ok = sum(1 for p in doc["points"] if p["status"] == "ok")
@@ -124,12 +131,6 @@ def run_gate(baseline: str | Path, run_dir: str | Path, tolerance_pct: float | s
                 f"scenario {doc['scenario'].get('name')!r}, {doc['device']} {doc['device_name']}".rstrip()
                 + (f"; {skipped} invalid record(s) skipped (--skip-invalid)" if skipped else ""))
             return 0
-        check_outputs(markdown_file, json_file)  # refused before the table: no PASS printed, then an error
-        tolerance, abs_tolerance = parse_tolerance(tolerance_pct), parse_bytes(abs_tolerance_bytes)
-    except GateError as exc:  # the command's own arguments: refused before any output, no summary written
-        out(f"error: {exc}")
-        return 2
-    try:
         result = compare(baseline, run_dir, tolerance, abs_tolerance, allow_missing, skip_invalid)
         out(format_table(result).rstrip("\n"))
         _write_markdown(format_markdown(result), markdown_file)

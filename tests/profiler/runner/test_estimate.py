@@ -45,11 +45,23 @@ def test_a_cpu_sweep_calibrates_once_and_its_workers_get_the_rates():
     assert step_ms == pytest.approx(record.predicted_time_fwd_ms + record.predicted_time_bwd_ms, rel=1e-3)  # rounded
 
 
-def test_the_sweeps_process_predicts_built_in_variants_only():
+def test_the_sweeps_process_predicts_built_in_variants_only(tmp_path, monkeypatch):
     """A plug-in's code runs in its point's own process (a crash there costs that point); the
     sweep's process neither estimates its time nor predicts a record it writes for it."""
+    import sys
+
+    marker = tmp_path / "core-ran"
+    (tmp_path / "estimate_plugin_for_test.py").write_text(
+        "from attnprof.scenarios.variants.full import FullAttention\n"
+        "class Cls(FullAttention):\n"
+        "    def core(self, q, k, v):\n"
+        f"        open({str(marker)!r}, 'w').close()\n"
+        "        return super().core(q, k, v)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(sys.modules, "estimate_plugin_for_test", None)  # imported afresh, dropped after
+    del sys.modules["estimate_plugin_for_test"]
     chosen = time_model_settings(sweep(), warn=lambda line: None)
-    plugin = Point("no_such_module_for_test:Cls", "plain", "model", POINT.shape)
+    plugin = Point("estimate_plugin_for_test:Cls", "plain", "model", POINT.shape)
     assert predicted_step_ms(plugin, chosen) is None and predicted_step_ms(POINT, chosen) is not None
     settings = SimpleNamespace(device="cpu", for_child=lambda: chosen)
     for point in (plugin, POINT):
@@ -58,6 +70,7 @@ def test_the_sweeps_process_predicts_built_in_variants_only():
         add_prediction(record, point, settings)
         assert record.reason == "skipped: why"
         assert (record.predicted_peak_bytes is None) is (point is plugin)
+    assert not marker.exists()  # the plug-in's core never ran here
 
 
 def test_a_known_gpu_is_costed_on_its_table_entry_and_an_unknown_one_not_at_all():
