@@ -128,6 +128,15 @@ def fmt_pct(value, blank: str = MISSING) -> str:
 _ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
+def short_number(value) -> str:
+    """A number as it was given, or, past 24 digits, how many bits it has (a refusal quotes the
+    figure it refuses: a 401-digit byte count is no message, and ``str`` of an int past 4300
+    digits raises)."""
+    if isinstance(value, float) or abs(value) < 10**24:
+        return repr(value)
+    return f"an integer of {value.bit_length()} bits"
+
+
 def printable(text) -> str:
     """Text on one line with every control character spelled out (newline as \\n, ESC as
     \\x1b, a bidi override as \\u202e): a variant label or a GPU name from a file cannot

@@ -17,6 +17,7 @@ one ``is None`` test per op and per storage.
 
 from __future__ import annotations
 
+import functools
 import weakref
 from dataclasses import dataclass, field
 from typing import Optional
@@ -29,17 +30,17 @@ from attnprof.profiler.measure.real_counters import is_real_counter, run as run_
 
 # Ops that never allocate; under fake tensors prim.device alone is ~70% of all dispatches.
 _NO_ALLOCATION = frozenset({torch.ops.prim.device.default})
-_UNWINDS: dict = {}  # op -> whether an exception raised in its dispatch reaches Python (``_unwinds``)
 
 
+@functools.lru_cache(maxsize=None)
 def _unwinds(func) -> bool:
     """Whether a pending Ctrl-C may be raised in ``func``'s dispatch: an op that returns tensors.
     A query of a tensor's metadata (prim.device, sym_size, is_contiguous: no Tensor returned) is
     called from C++ that cannot unwind, and a KeyboardInterrupt there aborted the process
     (std::terminate, "python_error": 7 of 60 SIGTERMs of a budget search on the CUDA build)."""
-    if func not in _UNWINDS:
-        _UNWINDS[func] = any(str(r.type).startswith("Tensor") for r in func._schema.returns)
-    return _UNWINDS[func]
+    return any(str(r.type).startswith("Tensor") for r in func._schema.returns)
+
+
 CATEGORIES = ("parameters", "gradients", "inputs", "activations", "temporaries")
 # --- issue 24: precision ---
 # A parameter's copy in another dtype (``_to_copy`` of a parameter's storage): under torch.autocast,

@@ -16,7 +16,7 @@ from functools import lru_cache
 from typing import Optional
 
 from attnprof.profiler.records import DTYPES, MODES, NO_MODE, SCOPES, STATUSES, PointRecord, Shape, ShapeError
-from attnprof.profiler.units import INT64_MAX, NULL_REASON
+from attnprof.profiler.units import INT64_MAX, NULL_REASON, short_number
 
 MAX_LINE_BYTES = 1 << 20  # a record is a few KiB; anything this long is not one of ours
 _CHOICES = {"status": STATUSES, "scope": SCOPES, "mode": MODES + (NO_MODE,), "dtype": DTYPES}
@@ -25,7 +25,6 @@ _SHAPE_FIELDS = tuple(f.name for f in fields(Shape))
 # is negative, none beyond int64 (torch's sizes and the byte counts are int64; pandas and floats
 # overflow past it), none NaN or infinite. The gate's and the report's field checks
 # (gate/checks.py) hold the same bounds, so a line this reader keeps is one they use.
-_MOST = INT64_MAX
 # Fields with a default that a record must still carry: a line without a status is not a
 # measured point, and reading it as the default ("ok") would let it pass the gate.
 _REQUIRED_ANYWAY = ("status",)
@@ -103,11 +102,6 @@ def _kind(value) -> str:
             dict: "an object"}.get(type(value), type(value).__name__)
 
 
-def _shown_number(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else f"{text[:20]}...({len(text)} digits)"
-
-
 def check_record(value) -> tuple[Optional[dict], Optional[str]]:
     """A decoded JSON value -> (the record with every PointRecord field, None) or (None, why not).
 
@@ -130,9 +124,9 @@ def check_record(value) -> tuple[Optional[dict], Optional[str]]:
         problem = "is null" if item is None else _type_problem(item, kind)
         if problem:
             return None, f"{name} {problem}"
-        low = -_MOST if name in _SHAPE_FIELDS else 0  # a size below 1: Shape's own words, below
-        if kind in (int, float) and not low <= item <= _MOST:  # NaN fails too
-            return None, f"{name} {_shown_number(item)} is not a {'count' if kind is int else 'finite number'} " \
+        low = -INT64_MAX if name in _SHAPE_FIELDS else 0  # a size below 1: Shape's own words, below
+        if kind in (int, float) and not low <= item <= INT64_MAX:  # NaN fails too
+            return None, f"{name} {short_number(item)} is not a {'count' if kind is int else 'finite number'} " \
                          f"from 0 to 2**63 - 1"
         if name in _CHOICES and item not in _CHOICES[name]:
             return None, f"{name} {item[:40]!r} is not one of {', '.join(_CHOICES[name])}"

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from attnprof.profiler.timeline.plain_pickle import SnapshotRefused
-from attnprof.profiler.units import INT64_MAX, fmt_bytes, printable
+from attnprof.profiler.units import INT64_MAX, fmt_bytes, printable, short_number
 
 COMPARED = ("alloc", "free_completed")
 
@@ -72,8 +72,8 @@ def _int(value, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise SnapshotRefused(f"not a memory snapshot: {what} is {type(value).__name__}, not an integer")
     if not 0 <= value <= INT64_MAX:
-        shown = str(value) if abs(value) < 10**24 else f"an integer of {value.bit_length()} bits"  # str() stops at 4300 digits
-        raise SnapshotRefused(f"not a memory snapshot: {what} is {shown}, not a byte count from 0 to 2**63 - 1")
+        raise SnapshotRefused(f"not a memory snapshot: {what} is {short_number(value)}, not a byte count "
+                              f"from 0 to 2**63 - 1")
     return value
 
 

@@ -83,3 +83,12 @@ def test_the_size_flags_take_what_the_tables_print():
     from attnprof.profiler.gate import parse_bytes as gate_bytes
 
     assert to_bytes("1PiB", "--budget") == 1 << 50 and gate_bytes("1.00 PiB") == 1 << 50
+
+
+def test_short_number_quotes_a_figure_or_counts_the_bits_of_a_huge_one():
+    from attnprof.profiler.units import short_number
+
+    assert short_number(-5368709120) == "-5368709120" and short_number(1e308) == "1e+308"
+    assert short_number(float("nan")) == "nan" and short_number(2**63) == str(2**63)
+    assert short_number(10**400) == "an integer of 1329 bits"
+    assert short_number(10**5000) == "an integer of 16610 bits"  # str() of it raises past 4300 digits
